@@ -1,0 +1,53 @@
+# make run   set up everything, then run the offline quickstart (pretrain + 7-group finetuning sweep)
+# make test  set up everything, then run the test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+FMNIST_SRC ?= /usr/share/datasets/fashion-mnist
+FMNIST_RAW := data/FashionMNIST/raw
+FMNIST_FILES := train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte
+export HF_HUB_OFFLINE ?= 1
+export WANDB_MODE ?= offline
+
+.PHONY: run test setup data clean help
+help:
+	@echo "make run | make test | make setup | make data | make clean"
+
+setup: $(STAMP)
+
+# torch/torchvision pinned to the releases this project is tested with; pip reuses local wheels.
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -e '.[dev]'
+	@touch $@
+
+data: $(addprefix $(FMNIST_RAW)/,$(FMNIST_FILES))
+
+$(FMNIST_RAW)/%: | $(FMNIST_SRC)/%.gz
+	@mkdir -p $(FMNIST_RAW)
+	gunzip -c $(FMNIST_SRC)/$*.gz > $@.tmp && mv $@.tmp $@
+
+# The Debian package dataset-fashion-mnist, installed when apt is usable.
+$(FMNIST_SRC)/%.gz:
+	@if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  (dpkg -s dataset-fashion-mnist >/dev/null 2>&1 || apt-get install -y -qq dataset-fashion-mnist >/dev/null 2>&1 || \
+	   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist)); \
+	fi
+	@test -f $@ || { echo "Fashion-MNIST not found at $(FMNIST_SRC). Install the Debian package" \
+	  "dataset-fashion-mnist (apt-get install dataset-fashion-mnist), or put the four idx files in" \
+	  "$(FMNIST_RAW)/, or run with dataset.download=true where there is internet."; exit 1; }
+
+run: setup data
+	$(PY) launch.py experiment=quickstart_pretrain
+	$(PY) launch.py -m experiment=quickstart
+
+test: setup
+	-@$(MAKE) --no-print-directory data 2>/dev/null || echo "(no Fashion-MNIST: tests use fixtures)"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+
+clean:
+	rm -rf outputs .pytest_cache

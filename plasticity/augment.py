@@ -1,0 +1,154 @@
+"""The paper's image transforms, applied on the accelerator to whole uint8 batches.
+
+Train: ``RandomResizedCrop(img_size) + RandomHorizontalFlip(0.5)``; eval:
+``Resize(img_size) + CenterCrop(img_size)``; both followed by per-channel normalisation.
+The train path samples crop boxes with torchvision's ``RandomResizedCrop`` distribution,
+per image and vectorised, and resizes every crop with the same antialiased bilinear
+filter as ``torch.nn.functional.interpolate(..., antialias=True)`` (what torchvision uses),
+expressed as two batched matrix products: ``out = Wy @ image @ Wx^T``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torchvision.transforms.v2 import functional as TF
+
+_ATTEMPTS = 10
+
+
+class DeviceTransform(torch.nn.Module):
+    """Batch transform: uint8 ``(B, C, H, W)`` -> normalised float32 ``(B, 3, S, S)``.
+
+    Args:
+        img_size: Output side ``S``.
+        mean: Per-channel mean (3 values) on the ``[0, 1]`` scale.
+        std: Per-channel standard deviation (3 values).
+        train: Random resized crop + flip if True, else resize + centre crop.
+        crop_scale: Range of the crop area as a fraction of the image area.
+        crop_ratio: Range of the crop aspect ratio (width / height).
+        hflip: Flip horizontally with probability 0.5 (train only).
+    """
+
+    def __init__(
+        self,
+        img_size: int,
+        mean: Sequence[float],
+        std: Sequence[float],
+        *,
+        train: bool,
+        crop_scale: tuple[float, float] = (0.08, 1.0),
+        crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        hflip: bool = True,
+    ) -> None:
+        super().__init__()
+        if len(mean) != 3 or len(std) != 3:
+            raise ValueError(f"mean and std need 3 values, got {list(mean)} and {list(std)}")
+        self.img_size, self.train_mode, self.hflip = int(img_size), train, hflip
+        self.crop_scale = (float(crop_scale[0]), float(crop_scale[1]))
+        self.crop_ratio = (float(crop_ratio[0]), float(crop_ratio[1]))
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
+
+    def extra_repr(self) -> str:
+        if not self.train_mode:
+            return f"img_size={self.img_size}, eval"
+        return f"img_size={self.img_size}, train, scale={self.crop_scale}, ratio={self.crop_ratio}, hflip={self.hflip}"
+
+    @torch.no_grad()
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Transform a uint8 batch (grayscale is repeated to 3 channels)."""
+        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] not in (1, 3):
+            raise ValueError(f"expected uint8 (B, 1|3, H, W), got {images.dtype} {tuple(images.shape)}")
+        x = images.float().div_(255.0)
+        x = self._train(x) if self.train_mode else self._eval(x)
+        x = x.expand(-1, 3, -1, -1)
+        return (x - self.mean.to(x.device)) / self.std.to(x.device)
+
+    def _eval(self, x: torch.Tensor) -> torch.Tensor:
+        x = TF.resize(x, [self.img_size], antialias=True)
+        return TF.center_crop(x, [self.img_size, self.img_size])
+
+    def _train(self, x: torch.Tensor) -> torch.Tensor:
+        b, _, h, w = x.shape
+        top, left, ch, cw = sample_crops(b, h, w, self.crop_scale, self.crop_ratio, device=x.device)
+        rows = resize_weights(h, top, ch, self.img_size)
+        cols = resize_weights(w, left, cw, self.img_size)
+        if self.hflip:
+            flip = torch.rand(b, device=x.device) < 0.5
+            cols = torch.where(flip[:, None, None], cols.flip(1), cols)
+        return rows.unsqueeze(1) @ x @ cols.transpose(1, 2).unsqueeze(1)
+
+
+def sample_crops(
+    batch: int,
+    height: int,
+    width: int,
+    scale: tuple[float, float],
+    ratio: tuple[float, float],
+    *,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sample one crop box per image like ``torchvision.transforms.RandomResizedCrop.get_params``.
+
+    Ten candidate (area, log aspect ratio) pairs per image; the first that fits is used with
+    a uniform position; images without a fitting candidate get the central crop, clamped to
+    the ratio bounds. Uses the global torch RNG of ``device``.
+
+    Returns:
+        ``(top, left, crop_height, crop_width)``, int64 tensors of shape ``(batch,)``.
+    """
+    area = height * width
+    target = area * torch.empty(batch, _ATTEMPTS, device=device).uniform_(scale[0], scale[1])
+    log_r = torch.empty(batch, _ATTEMPTS, device=device).uniform_(math.log(ratio[0]), math.log(ratio[1]))
+    aspect = torch.exp(log_r)
+    cw = torch.round(torch.sqrt(target * aspect)).long()
+    ch = torch.round(torch.sqrt(target / aspect)).long()
+    ok = (cw > 0) & (cw <= width) & (ch > 0) & (ch <= height)
+    first = ok.int().argmax(dim=1, keepdim=True)
+    found = ok.any(dim=1)
+    fh, fw = _fallback_size(height, width, ratio)
+    ch = torch.where(found, ch.gather(1, first).squeeze(1), fh)
+    cw = torch.where(found, cw.gather(1, first).squeeze(1), fw)
+    u = torch.rand(2, batch, device=device)
+    top = torch.where(found, (u[0] * (height - ch + 1)).long().clamp_max(height - ch), (height - fh) // 2)
+    left = torch.where(found, (u[1] * (width - cw + 1)).long().clamp_max(width - cw), (width - fw) // 2)
+    return top, left, ch, cw
+
+
+def _fallback_size(height: int, width: int, ratio: tuple[float, float]) -> tuple[int, int]:
+    """torchvision's fallback: the whole image, clamped to the aspect ratio bounds."""
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        return int(round(width / min(ratio))), width
+    if in_ratio > max(ratio):
+        return height, int(round(height * max(ratio)))
+    return height, width
+
+
+def resize_weights(size: int, start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tensor:
+    """Per-image 1-d resampling matrices for crop ``[start, start + length)`` resized to ``out``.
+
+    Reproduces ``F.interpolate(mode="bilinear", align_corners=False, antialias=True)`` on the
+    cropped pixels (triangle filter widened by the scale when downsampling, edge weights
+    renormalised), which for upsampling equals plain bilinear interpolation.
+
+    Args:
+        size: Input length along this axis.
+        start: Crop start per image, int tensor ``(B,)``.
+        length: Crop length per image, int tensor ``(B,)``.
+        out: Output length.
+
+    Returns:
+        Float32 tensor ``(B, out, size)``; row ``i`` holds the weights of output pixel ``i``.
+    """
+    length = length.to(torch.float32)[:, None, None]
+    scale = length / out
+    support = scale.clamp_min(1.0)
+    centre = scale * (torch.arange(out, device=start.device, dtype=torch.float32)[None, :, None] + 0.5)
+    src = torch.arange(size, device=start.device)[None, None, :] - start[:, None, None]
+    inside = (src >= 0) & (src < length)
+    weights = (1.0 - ((src + 0.5 - centre) / support).abs()).clamp_min(0.0) * inside
+    return weights / weights.sum(dim=2, keepdim=True)

@@ -1,0 +1,147 @@
+"""The LightningModule that finetunes exactly one component group under the paper's protocol."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable
+
+import lightning as L
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.utils import get_total_norm
+from torch.optim.lr_scheduler import LambdaLR
+from torchmetrics.classification import MulticlassAccuracy
+
+from plasticity.components import Selection
+
+
+class Diverged(RuntimeError):
+    """The training loss became NaN or infinite."""
+
+
+def warmup_cosine(max_steps: int, warmup_steps: int) -> Callable[[int], float]:
+    """Learning-rate factor: linear warmup to 1 over ``warmup_steps``, then cosine decay to 0 at ``max_steps``."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+class FinetuneModule(L.LightningModule):
+    """Trains ``selection.trainable`` of a timm ViT; everything else is frozen.
+
+    Logged every optimizer step (before clipping): ``train/loss`` (mean over the step's
+    micro-batches), ``lr``, ``grad_norm/<component>``, ``grad_norm/head``,
+    ``grad_norm/final_norm`` (when it trains) and ``grad_norm/<component>/block_<i>``.
+    Logged at each validation: ``val/loss``, ``val/acc``; at test: ``test/loss``, ``test/acc``.
+    Accuracies are sample-weighted (micro). Checkpoints hold only trainable parameters.
+
+    Args:
+        net: The model; parameters outside ``selection.trainable`` must already be frozen.
+        selection: What trains (from :func:`plasticity.components.select`).
+        num_classes: Classes of the task.
+        optimizer: Builds the optimizer from the trainable parameters (a Hydra partial).
+        max_steps: Optimizer steps, the length of the cosine schedule.
+        warmup_steps: Linear warmup steps.
+        train_transform: Batch transform applied on the device to training batches.
+        eval_transform: Batch transform applied on the device to validation and test batches.
+    """
+
+    def __init__(
+        self,
+        net: nn.Module,
+        selection: Selection,
+        num_classes: int,
+        optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
+        max_steps: int,
+        warmup_steps: int,
+        train_transform: nn.Module,
+        eval_transform: nn.Module,
+    ) -> None:
+        super().__init__()
+        self.net = net
+        self.selection = selection
+        self.optimizer_factory = optimizer
+        self.max_steps = max_steps
+        self.warmup_steps = warmup_steps
+        self.train_transform = train_transform
+        self.eval_transform = eval_transform
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.strict_loading = False  # checkpoints omit frozen weights
+        self._loss_sum = torch.zeros(())
+        self._loss_count = 0
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.net(images)
+
+    def on_after_batch_transfer(self, batch, dataloader_idx: int):
+        images, labels = batch
+        transform = self.train_transform if self.trainer.training else self.eval_transform
+        return transform(images), labels
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        images, labels = batch
+        loss = F.cross_entropy(self(images), labels)
+        self._loss_sum = self._loss_sum.to(loss.device) + loss.detach().float()
+        self._loss_count += 1
+        return loss
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        loss = self._loss_sum / max(1, self._loss_count)
+        self._loss_sum, self._loss_count = torch.zeros((), device=loss.device), 0
+        if not torch.isfinite(loss):
+            raise Diverged(f"training loss is {loss.item()} at step {self.global_step}")
+        metrics = {"train/loss": loss, "lr": optimizer.param_groups[0]["lr"]}
+        metrics.update(self.grad_norms())
+        self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False)
+        self.log("loss", loss, on_step=True, on_epoch=False, prog_bar=True, logger=False)
+
+    def grad_norms(self) -> dict[str, torch.Tensor]:
+        """L2 norms of the gradients of the group, the head, the final norm and the group per block."""
+        params = dict(self.net.named_parameters())
+        sel = self.selection
+
+        def norm(names: Iterable[str]) -> torch.Tensor:
+            grads = [params[n].grad for n in names if params[n].grad is not None]
+            return get_total_norm(grads) if grads else torch.zeros((), device=self.device)
+
+        norms = {f"grad_norm/{sel.component}": norm(sel.group), "grad_norm/head": norm(sel.head)}
+        if any(n in sel.trainable for n in sel.final_norm):
+            norms["grad_norm/final_norm"] = norm(sel.final_norm)
+        group = set(sel.group)
+        for block, names in sel.blocks.items():
+            norms[f"grad_norm/{sel.component}/block_{block}"] = norm(n for n in names if n in group)
+        return norms
+
+    def _eval_step(self, batch, stage: str, accuracy: MulticlassAccuracy) -> None:
+        images, labels = batch
+        logits = self(images)
+        loss = F.cross_entropy(logits, labels)
+        accuracy(logits, labels)
+        batch_size = labels.shape[0]
+        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, batch_size=batch_size)
+        self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, batch_size=batch_size, prog_bar=True)
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch, "val", self.val_acc)
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self._eval_step(batch, "test", self.test_acc)
+
+    def configure_optimizers(self):
+        params = [p for p in self.net.parameters() if p.requires_grad]
+        optimizer = self.optimizer_factory(params)
+        schedule = LambdaLR(optimizer, warmup_cosine(self.max_steps, self.warmup_steps))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        trainable = {f"net.{n}" for n in self.selection.trainable}
+        checkpoint["state_dict"] = {
+            k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("net.") or k in trainable
+        }

@@ -1,0 +1,85 @@
+"""Run records: one ``result.json`` per run directory, written atomically, read by sweeps and reports.
+
+A record holds at least ``task, dataset, model, component, lr, seed, status`` (``done`` |
+``diverged`` | ``failed``), ``best_val_acc, test_acc, best_step, steps, wall_s,
+trainable_params`` and ``error`` when failed. Accuracies are fractions in [0, 1].
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+RESULT_FILE = "result.json"
+STATUSES = ("done", "diverged", "failed")
+# Config keys that do not change what a run computes: where it writes, how it reports.
+_NOT_PROTOCOL = ("paths", "logger", "sweep", "print_config")
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """Writes JSON to a temporary file in the same directory, then renames it over ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=False, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: str | Path) -> dict | None:
+    """The JSON object in ``path``, or ``None`` when the file is missing or unreadable."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def read_result(run_dir: str | Path) -> dict | None:
+    """The run's record, or ``None`` when it has none (or an unreadable one)."""
+    return read_json(Path(run_dir) / RESULT_FILE)
+
+
+def config_hash(cfg: DictConfig) -> str:
+    """Short hash of everything in the resolved config that changes what a run computes."""
+    container = OmegaConf.to_container(cfg, resolve=True)
+    for key in _NOT_PROTOCOL:
+        container.pop(key, None)
+    container.get("trainer", {}).pop("enable_progress_bar", None)
+    blob = json.dumps(container, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def identity(cfg: DictConfig) -> dict[str, Any]:
+    """The fields that name a run: task, dataset, model, component, lr, seed."""
+    return {
+        "task": cfg.task.name,
+        "dataset": cfg.dataset.name,
+        "model": cfg.model.name,
+        "component": cfg.component.name,
+        "lr": float(cfg.optimizer.lr),
+        "seed": int(cfg.seed),
+    }
+
+
+def find_results(root: str | Path) -> list[tuple[Path, dict]]:
+    """Every (run directory, record) under ``root``, sorted by path."""
+    found = []
+    for path in sorted(Path(root).rglob(RESULT_FILE)):
+        record = read_result(path.parent)
+        if record is not None:
+            found.append((path.parent, record))
+    return found

@@ -1,0 +1,24 @@
+"""Test setup: one thread (2 shared cores), offline hub and W&B, tiny random-init models."""
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["WANDB_MODE"] = "offline"
+os.environ["WANDB_SILENT"] = "true"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import plasticity  # noqa: E402,F401  (registers vit_micro_patch7_28)
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture
+def micro_vit():
+    """A random-init 2-block ViT for 28x28 images (the quickstart's architecture, shallower)."""
+    from plasticity.models import create_model
+
+    torch.manual_seed(0)
+    return create_model("vit_micro_patch7_28", num_classes=10, depth=2)
