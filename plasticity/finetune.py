@@ -145,9 +145,19 @@ class Finetune:
         )
 
     def resume_from(self) -> str | None:
-        """``last.ckpt`` of an interrupted run of the same config, else ``None``."""
+        """``last.ckpt`` of an interrupted run of the same config, else ``None``.
+
+        The interrupted run's ``metrics.csv`` is kept as ``metrics.part<k>.csv`` (the CSV logger
+        starts a new file).
+        """
         last = self.run_dir / CHECKPOINT_DIR / "last.ckpt"
-        return str(last) if self.cfg.get("resume", True) and last.is_file() else None
+        if not (self.cfg.get("resume", True) and last.is_file()):
+            return None
+        metrics = self.run_dir / "metrics.csv"
+        if metrics.is_file():
+            metrics.rename(self.run_dir / f"metrics.part{len(list(self.run_dir.glob('metrics.part*.csv')))}.csv")
+        log.info("resuming from %s", last)
+        return str(last)
 
     def run(self) -> dict[str, Any]:
         """Trains, tests the best-validation checkpoint and returns the result fields."""
@@ -159,12 +169,13 @@ class Finetune:
         counts = selection.counts
         log.info("trainable parameters: %s", counts)
         self.module = module = self.setup_module(net, selection, num_classes)
+        resume = self.resume_from()
         checkpoint, callbacks = self.setup_callbacks()
         trainer = self.setup_trainer(callbacks, self.setup_loggers())
         for logger in trainer.loggers:
             logger.log_hyperparams({f"params/{k}": v for k, v in counts.items()})
         start = time.perf_counter()
-        trainer.fit(module, datamodule=datamodule, ckpt_path=self.resume_from())
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
         train_s = time.perf_counter() - start
         best = checkpoint.best_model_path
         tested = trainer.test(module, datamodule=datamodule, ckpt_path=best, verbose=False)[0]

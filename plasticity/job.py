@@ -1,7 +1,7 @@
 """One Hydra job: check the config, run the task, record the outcome; never lose what is done.
 
 Every job owns a deterministic directory (``outputs/<task>/<dataset>/<model>/<component>/
-lr=<lr>/seed=<seed>``) and ends with a ``result.json`` written atomically, whatever happened:
+lr_<lr>/seed_<seed>``) and ends with a ``result.json`` written atomically, whatever happened:
 ``done``, ``diverged`` (NaN/inf loss) or ``failed`` (any other exception, with its message).
 A job whose record says done (or diverged) for the same config returns at once. In a multirun a
 failure is recorded and the sweep goes on; the sweep summary exits non-zero at the end.
@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
 warnings.filterwarnings("ignore", message=".*overridden `on_after_batch_transfer`.*")
 warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+warnings.filterwarnings("ignore", message="Experiment logs directory .* exists and is not empty.*")
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
     lambda record: "litlogger" not in record.getMessage()
 )

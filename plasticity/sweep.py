@@ -19,9 +19,8 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
-from rich.console import Console
 
-from plasticity.console import results_table
+from plasticity.console import console, results_table
 from plasticity.results import read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -57,14 +56,14 @@ class SweepSummary(Callback):
             return
         folder = journal_dir(config.hydra.sweep.dir, sweep_id)
         records = [r for p in sorted(folder.glob("*.json")) if (r := read_json(p))]
-        console = Console()
-        console.print(results_table(records, title=f"sweep {sweep_id}: {len(records)} runs"))
+        con = console()
+        con.print(results_table(records, title=f"sweep {sweep_id}: {len(records)} runs"))
         counts = {s: sum(r.get("status") == s for r in records) for s in ("done", "diverged", "failed")}
         skipped = sum(bool(r.get("skipped")) for r in records)
-        console.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | "
+        con.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | "
                       f"failed {counts['failed']} | journal {folder}")
         failed = [r for r in records if r.get("status") == "failed"]
         for r in failed:
-            console.print(f"[red]failed[/red] {r.get('run_dir')}: {r.get('error')}")
+            con.print(f"[red]failed[/red] {r.get('run_dir')}: {r.get('error')}")
         if failed:
             raise SystemExit(1)

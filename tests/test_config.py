@@ -1,0 +1,88 @@
+"""Every config group option composes, resolves and passes the pre-compute checks."""
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import OmegaConf, open_dict, read_write
+
+from plasticity.config import ConfigError, check
+from plasticity.job import TASKS
+from plasticity.results import config_hash
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def options(group):
+    folder = CONF / group
+    return sorted(str(p.relative_to(folder).with_suffix("")) for p in folder.rglob("*.yaml")
+                  if not p.name.startswith("_"))
+
+
+def composed(*overrides):
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=list(overrides), return_hydra_config=True)
+    with read_write(cfg.hydra), open_dict(cfg.hydra):
+        cfg.hydra.runtime.output_dir = "/tmp/plasticity-test-run"
+    HydraConfig.instance().set_config(cfg)
+    return cfg
+
+
+GROUP_OPTIONS = [(g, o) for g in ("task", "model", "dataset", "component", "optimizer", "trainer",
+                                  "logger", "paths", "experiment") for o in options(g)]
+
+
+@pytest.mark.parametrize("group, option", GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
+def test_every_group_option_composes_and_resolves(group, option):
+    cfg = composed(f"{group}={option}")
+    job = OmegaConf.to_container(cfg, resolve=True)
+    job.pop("hydra")
+    assert job["run_name"].startswith(f"{job['task']['name']}/{job['dataset']['name']}/")
+    cfg = OmegaConf.create(job)
+    if not (group == "experiment" and option == "quickstart"):  # needs the pretrained weights file
+        check(cfg, tuple(TASKS))
+
+
+def test_the_expected_groups_exist():
+    assert {"ln1", "mha", "ln2", "fc1", "fc2", "emb", "all", "head"} == set(options("component"))
+    assert {"fashion_mnist", "fashion_mnist_c/motion_blur", "fashion_mnist_c/snow"} <= set(options("dataset"))
+
+
+def test_defaults_are_the_paper_protocol():
+    cfg = composed()
+    assert cfg.model.name == "vit_base_patch16_224.orig_in21k"
+    assert OmegaConf.to_container(cfg.optimizer) == {
+        "_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.01, "momentum": 0.9, "weight_decay": 0.0}
+    assert cfg.task.batch_size == 512 and cfg.trainer.gradient_clip_val == 1.0
+    assert list(cfg.dataset.mean) == [0.485, 0.456, 0.406]
+    assert cfg.seed == 0
+
+
+def test_seed_zero_is_kept_and_named():
+    cfg = composed("seed=0")
+    assert cfg.run_name.endswith("/seed_0")
+
+
+def test_quickstart_sweeps_seven_components():
+    cfg = composed("experiment=quickstart")
+    assert cfg.hydra.sweeper.params.component == "ln1,mha,ln2,fc1,fc2,all,head"
+
+
+def test_pretrain_task_defaults_to_full_training_with_adamw():
+    cfg = composed("task=pretrain")
+    assert cfg.component.name == "all" and cfg.optimizer._target_ == "torch.optim.AdamW"
+
+
+def test_config_hash_ignores_paths_but_not_protocol():
+    a, b = composed("paths.output_dir=/x"), composed("paths.output_dir=/y")
+    c = composed("task.max_steps=7")
+    assert config_hash(a) == config_hash(b) != config_hash(c)
+
+
+def test_check_rejects_warmup_longer_than_training():
+    cfg = composed("task.max_steps=100", "task.warmup_steps=100")
+    with pytest.raises(ConfigError, match=r"task.warmup_steps=100 must be an integer in \[0, task.max_steps=100\)"):
+        check(cfg, tuple(TASKS))

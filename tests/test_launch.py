@@ -1,0 +1,146 @@
+"""launch.py end to end: single runs, multiruns, records, skipping, bad input, failures, divergence."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.fixtures import write_fashion_mnist
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = [
+    "model=vit_micro", "+model.kwargs.depth=2", "trainer=cpu", "dataset=fashion_mnist",
+    "task.max_steps=4", "task.warmup_steps=1", "task.val_every=2", "task.batch_size=16",
+    "task.micro_batch_size=8", "print_config=false", "trainer.enable_progress_bar=false",
+    "trainer.num_sanity_val_steps=0",
+]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return write_fashion_mnist(tmp_path_factory.mktemp("data"), n_train=200, n_test=100)
+
+
+def launch(tmp_path, data_dir, *overrides, multirun=False):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    cmd = [sys.executable, str(ROOT / "launch.py"), *(["-m"] if multirun else []), *TINY,
+           f"paths.output_dir={tmp_path}/out", f"paths.data_dir={data_dir}", *overrides]
+    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+
+def run_dir(tmp_path, component="mha", lr=0.01, seed=0, task="finetune", dataset="fashion_mnist"):
+    return tmp_path / "out" / task / dataset / "vit_micro_patch7_28" / component / f"lr_{lr}" / f"seed_{seed}"
+
+
+def result(path):
+    return json.loads((path / "result.json").read_text())
+
+
+def test_single_run_writes_the_record_contract(tmp_path, data_dir):
+    proc = launch(tmp_path, data_dir, "component=ln2", "seed=0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = result(run_dir(tmp_path, "ln2"))
+    assert rec["status"] == "done"
+    assert {k: rec[k] for k in ("task", "dataset", "model", "component", "lr", "seed")} == {
+        "task": "finetune", "dataset": "fashion_mnist", "model": "vit_micro_patch7_28",
+        "component": "ln2", "lr": 0.01, "seed": 0}
+    assert 0.0 <= rec["best_val_acc"] <= 1.0 and 0.0 <= rec["test_acc"] <= 1.0
+    assert rec["best_step"] in (2, 4) and rec["steps"] == 4
+    assert rec["trainable_params"] == 2 * 2 * 64  # ln2 of two blocks: gamma and beta
+    assert rec["wall_s"] > 0 and len(rec["split_hash"]) == 12
+    header = (run_dir(tmp_path, "ln2") / "metrics.csv").read_text().splitlines()[0].split(",")
+    for key in ("train/loss", "lr", "grad_norm/ln2", "grad_norm/head", "grad_norm/ln2/block_1",
+                "val/loss", "val/acc", "test/acc"):
+        assert key in header
+
+
+@pytest.mark.slow
+def test_multirun_grid_then_relaunch_skips_everything(tmp_path, data_dir):
+    proc = launch(tmp_path, data_dir, "component=ln1,fc1", "optimizer.lr=0.01,0.1", multirun=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = {(c, lr): result(run_dir(tmp_path, c, lr)) for c in ("ln1", "fc1") for lr in (0.01, 0.1)}
+    assert all(r["status"] == "done" for r in records.values())
+    assert records[("fc1", 0.1)]["trainable_params"] == 2 * (64 * 256 + 256)
+    assert "done 4 (skipped 0)" in proc.stdout
+    mtimes = {k: (run_dir(tmp_path, *k) / "result.json").stat().st_mtime_ns for k in records}
+    again = launch(tmp_path, data_dir, "component=ln1,fc1", "optimizer.lr=0.01,0.1", multirun=True)
+    assert again.returncode == 0
+    assert "done 4 (skipped 4)" in again.stdout
+    assert "Trainer.fit" not in again.stderr + again.stdout
+    assert mtimes == {k: (run_dir(tmp_path, *k) / "result.json").stat().st_mtime_ns for k in records}
+
+
+@pytest.mark.slow
+def test_failed_job_is_recorded_and_the_sweep_goes_on(tmp_path, data_dir):
+    proc = launch(tmp_path, data_dir, "component=ln1", "optimizer.lr=0.01,-1", multirun=True)
+    assert proc.returncode == 1
+    good, bad = result(run_dir(tmp_path, "ln1", 0.01)), result(run_dir(tmp_path, "ln1", -1))
+    assert good["status"] == "done"
+    assert bad["status"] == "failed" and "optimizer.lr=-1" in bad["error"]
+    assert "failed" in proc.stdout and str(run_dir(tmp_path, "ln1", -1)) in proc.stdout
+
+
+def test_diverging_run_is_recorded_as_diverged(tmp_path, data_dir):
+    proc = launch(tmp_path, data_dir, "component=all", "optimizer.lr=1e38", "task.warmup_steps=0")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = result(run_dir(tmp_path, "all", 1e38))
+    assert rec["status"] == "diverged"
+    assert "nan" in rec["error"].lower() or "inf" in rec["error"].lower()
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["optimizer.lr=0"], "optimizer.lr=0 must be a positive number"),
+        (["task.max_steps=0"], "task.max_steps=0 must be a positive integer"),
+        (["task.batch_size=20", "task.micro_batch_size=8"], "not divisible by task.micro_batch_size=8"),
+        (["model.weights_file=/nonexistent/w.safetensors"], "model.weights_file='/nonexistent/w.safetensors' does not exist"),
+        (["model.name=vit_mcro_patch7_28"], "Close matches: vit_micro_patch7_28"),
+        (["dataset.name=fashion"], "dataset='fashion' is not a dataset. Choices:"),
+        (["component.name=attention"], "Choices: ln1, mha, ln2, fc1, fc2, emb, all, head"),
+    ],
+)
+def test_bad_input_fails_before_compute_with_its_fix(tmp_path, data_dir, overrides, message):
+    proc = launch(tmp_path, data_dir, *overrides)
+    assert proc.returncode == 1
+    assert message in proc.stdout + proc.stderr
+    assert "Trainer.fit" not in proc.stdout + proc.stderr
+    records = list((tmp_path / "out").rglob("result.json"))
+    assert len(records) == 1 and json.loads(records[0].read_text())["status"] == "failed"
+
+
+def test_unknown_config_group_option_lists_choices(tmp_path, data_dir):
+    proc = launch(tmp_path, data_dir, "component=attention")
+    assert proc.returncode == 1
+    assert "Could not find 'component/attention'" in proc.stderr and "mha" in proc.stderr
+
+
+def test_missing_data_names_path_and_fix(tmp_path):
+    proc = launch(tmp_path, tmp_path / "nodata", "component=ln1")
+    assert proc.returncode == 1
+    out = proc.stdout + proc.stderr
+    assert str(tmp_path / "nodata" / "FashionMNIST" / "raw") in out and "make data" in out
+
+
+@pytest.mark.slow
+def test_pretrain_exports_weights_that_finetuning_loads(tmp_path, data_dir):
+    proc = launch(tmp_path, data_dir, "task=pretrain", "optimizer.lr=0.001")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pre = run_dir(tmp_path, "all", 0.001, task="pretrain")
+    assert result(pre)["status"] == "done"
+    weights = pre / "weights.safetensors"
+    state = load_file(weights)
+    ft = launch(tmp_path, data_dir, "component=ln1", "model.pretrained=true", f"model.weights_file={weights}",
+                "optimizer.lr=0.01")
+    assert ft.returncode == 0, ft.stderr[-3000:]
+    best = torch.load(run_dir(tmp_path, "ln1") / "checkpoints" / "best.ckpt", weights_only=False)
+    assert "net.blocks.0.attn.qkv.weight" not in best["state_dict"]  # frozen: not checkpointed
+    from plasticity.models import create_model
+
+    net = create_model("vit_micro_patch7_28", 10, weights_file=str(weights), depth=2)
+    assert torch.equal(net.blocks[1].mlp.fc2.weight, state["blocks.1.mlp.fc2.weight"])
