@@ -11,7 +11,7 @@ FMNIST_FILES := train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3
 export HF_HUB_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 
-.PHONY: run test setup data clean help
+.PHONY: run test test-gpu setup data clean help
 help:
 	@echo "make run | make test | make setup | make data | make clean"
 
@@ -47,7 +47,10 @@ run: setup data
 
 test: setup
 	-@$(MAKE) --no-print-directory data 2>/dev/null || echo "(no Fashion-MNIST: tests use fixtures)"
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not gpu"
+
+test-gpu: setup
+	$(PY) -m pytest -q -m gpu
 
 clean:
 	rm -rf outputs .pytest_cache

@@ -82,7 +82,8 @@ def main() -> None:
     print(f"| group | trainable params | ms/step | ratio to all | peak GiB |")
     print(f"|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['component']} | {r['params']:,} | {r['ms']:.1f} | {r['ms'] / full:.2f} | {r['peak_gib']:.2f} |")
+        peak = "-" if r["peak_gib"] != r["peak_gib"] else f"{r['peak_gib']:.2f}"
+        print(f"| {r['component']} | {r['params']:,} | {r['ms']:.1f} | {r['ms'] / full:.2f} | {peak} |")
 
 
 if __name__ == "__main__":

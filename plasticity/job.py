@@ -70,6 +70,7 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     torch.set_num_threads(int(cfg.get("threads") or torch.get_num_threads()))
+    torch.set_float32_matmul_precision(cfg.get("matmul_precision", "highest"))
     if cfg.get("print_config", True):
         print_config_tree(cfg)
     record: dict[str, Any] = {**identity(cfg), "run_dir": str(run_dir)}

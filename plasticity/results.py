@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 RESULT_FILE = "result.json"
 STATUSES = ("done", "diverged", "failed")
 # Config keys that do not change what a run computes: where it writes, how it reports.
-_NOT_PROTOCOL = ("hydra", "paths", "logger", "sweep", "print_config", "threads")
+_NOT_PROTOCOL = ("hydra", "paths", "logger", "sweep", "print_config", "threads", "matmul_precision")
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:

@@ -144,7 +144,7 @@ def test_no_state_dict_entries() -> None:
     assert t.state_dict() == {} and torch.allclose(t.std.flatten(), torch.tensor(STD))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_cuda_matches_cpu_eval() -> None:
     images = _images(4, 3, 32, 32)
     t = DeviceTransform(64, MEAN, STD, train=False)

@@ -86,3 +86,20 @@ def test_check_rejects_warmup_longer_than_training():
     cfg = composed("task.max_steps=100", "task.warmup_steps=100")
     with pytest.raises(ConfigError, match=r"task.warmup_steps=100 must be an integer in \[0, task.max_steps=100\)"):
         check(cfg, tuple(TASKS))
+
+
+def test_wandb_logger_is_offline_grouped_and_tagged(tmp_path):
+    from hydra.utils import instantiate
+
+    cfg = composed("logger=wandb", "component=fc1", "optimizer.lr=0.03", "seed=42",
+                   "dataset=fashion_mnist", "model=vit_micro")
+    with read_write(cfg.hydra), open_dict(cfg.hydra):
+        cfg.hydra.runtime.output_dir = str(tmp_path)
+    HydraConfig.instance().set_config(cfg)
+    loggers = {name: instantiate(c) for name, c in cfg.logger.items()}
+    assert set(loggers) == {"csv", "wandb"}
+    init = loggers["wandb"]._wandb_init
+    assert init["mode"] == "offline" and init["project"] == "plasticity"
+    assert init["group"] == "fashion_mnist/vit_micro_patch7_28"
+    assert init["tags"] == ["fc1", "lr=0.03", "seed=42"]
+    assert init["name"] == "finetune/fashion_mnist/vit_micro_patch7_28/fc1/lr_0.03/seed_42"

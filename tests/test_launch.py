@@ -75,6 +75,15 @@ def test_multirun_grid_then_relaunch_skips_everything(tmp_path, data_dir):
     assert mtimes == {k: (run_dir(tmp_path, *k) / "result.json").stat().st_mtime_ns for k in records}
 
 
+def test_wandb_multirun_gives_one_offline_run_per_job(tmp_path, data_dir):
+    proc = launch(tmp_path, data_dir, "logger=wandb", "component=ln1,mha", multirun=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = {c: list((run_dir(tmp_path, c) / "wandb").glob("offline-run-*")) for c in ("ln1", "mha")}
+    assert all(len(found) == 1 for found in runs.values())
+    assert runs["ln1"][0].name.split("-")[-1] != runs["mha"][0].name.split("-")[-1]
+    assert (run_dir(tmp_path, "ln1") / "metrics.csv").is_file()  # CSV is kept beside W&B
+
+
 @pytest.mark.slow
 def test_failed_job_is_recorded_and_the_sweep_goes_on(tmp_path, data_dir):
     proc = launch(tmp_path, data_dir, "component=ln1", "optimizer.lr=0.01,-1", multirun=True)
