@@ -28,13 +28,14 @@ def data_dir(tmp_path_factory):
 
 def launch(tmp_path, data_dir, *overrides, multirun=False):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    # The default paths (relative to the launch directory) are part of what is tested.
     cmd = [sys.executable, str(ROOT / "launch.py"), *(["-m"] if multirun else []), *TINY,
-           f"paths.output_dir={tmp_path}/out", f"paths.data_dir={data_dir}", *overrides]
+           f"paths.data_dir={data_dir}", *overrides]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
 
 def run_dir(tmp_path, component="mha", lr=0.01, seed=0, task="finetune", dataset="fashion_mnist"):
-    return tmp_path / "out" / task / dataset / "vit_micro_patch7_28" / component / f"lr_{lr}" / f"seed_{seed}"
+    return tmp_path / "outputs" / task / dataset / "vit_micro_patch7_28" / component / f"lr_{lr}" / f"seed_{seed}"
 
 
 def result(path):
@@ -119,7 +120,7 @@ def test_bad_input_fails_before_compute_with_its_fix(tmp_path, data_dir, overrid
     assert proc.returncode == 1
     assert message in proc.stdout + proc.stderr
     assert "Trainer.fit" not in proc.stdout + proc.stderr
-    records = list((tmp_path / "out").rglob("result.json"))
+    records = list((tmp_path / "outputs").rglob("result.json"))
     assert len(records) == 1 and json.loads(records[0].read_text())["status"] == "failed"
 
 
