@@ -71,8 +71,6 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     torch.set_num_threads(int(cfg.get("threads") or torch.get_num_threads()))
     torch.set_float32_matmul_precision(cfg.get("matmul_precision", "highest"))
-    if cfg.get("print_config", True):
-        print_config_tree(cfg)
     record: dict[str, Any] = {**identity(cfg), "run_dir": str(run_dir)}
     chash = config_hash(cfg)
     previous = read_result(run_dir)
@@ -81,6 +79,8 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
             log.info("skipping %s: already %s (sweep.skip_done=true)", run_dir, previous["status"])
             return {**previous, "skipped": True}
         log.warning("re-running %s: its record was made with a different config", run_dir)
+    if cfg.get("print_config", True):
+        print_config_tree(cfg)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     start = time.perf_counter()
     try:
