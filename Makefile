@@ -1,4 +1,5 @@
-# make run   set up everything, then run the offline quickstart (pretrain + 7-group finetuning sweep)
+# make run   set up everything, then run the offline quickstart (pretrain, 7-group finetuning sweep,
+#            plasticity, bounds, summary table)
 # make test  set up everything, then run the test suite
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -44,6 +45,9 @@ $(FMNIST_SRC)/%.gz:
 run: setup data
 	$(PY) launch.py experiment=quickstart_pretrain
 	$(PY) launch.py -m experiment=quickstart
+	$(PY) launch.py experiment=quickstart_plasticity
+	$(PY) launch.py experiment=quickstart_bounds
+	$(PY) -m plasticity.summary --outputs outputs
 
 test: setup
 	-@$(MAKE) --no-print-directory data 2>/dev/null || echo "(no Fashion-MNIST: tests use fixtures)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from plasticity.components import check_component
+from plasticity.components import GROUPS, check_component
 from plasticity.data import DATASETS
 from plasticity.models import check_model_name, check_weights_file
 
@@ -30,27 +30,56 @@ def check(cfg: DictConfig, tasks: tuple[str, ...]) -> None:
     """
     task = cfg.task
     _require(task.name in tasks, f"task={task.name!r} is not a task. Choices: {', '.join(tasks)}.")
+    if task.get("analysis", False):
+        _check_analysis(cfg)
+    else:
+        _check_training(cfg)
+
+
+def _check_model_and_data(cfg: DictConfig, datasets: tuple[str, ...]) -> None:
     try:
-        check_component(cfg.component.name)
         check_model_name(cfg.model.name)
         check_weights_file(cfg.model.get("weights_file"))
     except (ValueError, FileNotFoundError) as err:
         raise ConfigError(str(err)) from err
+    for name in datasets:
+        _require(
+            name in DATASETS,
+            f"dataset={name!r} is not a dataset. Choices: {', '.join(sorted(DATASETS))}. "
+            f"Fix: dataset=<one of them> (task.reference=<one of them> for the reference set).",
+        )
     _require(
-        cfg.dataset.name in DATASETS,
-        f"dataset={cfg.dataset.name!r} is not a dataset. Choices: {', '.join(sorted(DATASETS))}. "
-        f"Fix: dataset=<one of them>.",
+        isinstance(cfg.seed, int) and cfg.seed >= 0,
+        f"seed={cfg.seed!r} must be a non-negative integer (the paper's seeds: 0, 42, 3407).",
     )
+
+
+def _check_analysis(cfg: DictConfig) -> None:
+    from plasticity.measure import MODES, PAIRINGS
+
+    task = cfg.task
+    _check_model_and_data(cfg, (cfg.dataset.name, task.reference))
+    for key in ("n_pairs", "batch_size"):
+        _require(isinstance(task[key], int) and task[key] > 0, f"task.{key}={task[key]!r} must be a positive integer.")
+    _require(task.pairing in PAIRINGS, f"task.pairing={task.pairing!r}; choices: {', '.join(PAIRINGS)}.")
+    if "mode" in task:
+        _require(task.mode in MODES, f"task.mode={task.mode!r}; choices: {', '.join(MODES)}.")
+    for group in task.get("groups", []):
+        _require(group in GROUPS, f"task.groups has {group!r}; choices: {', '.join(GROUPS)}.")
+
+
+def _check_training(cfg: DictConfig) -> None:
+    try:
+        check_component(cfg.component.name)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    _check_model_and_data(cfg, (cfg.dataset.name,))
     lr = cfg.optimizer.lr
     _require(
         isinstance(lr, (int, float)) and lr > 0,
         f"optimizer.lr={lr!r} must be a positive number. Fix: e.g. optimizer.lr=1e-2.",
     )
-    _require(
-        isinstance(cfg.seed, int) and cfg.seed >= 0,
-        f"seed={cfg.seed!r} must be a non-negative integer (the paper's seeds: 0, 42, 3407).",
-    )
-    _check_steps(task)
+    _check_steps(cfg.task)
 
 
 def _check_steps(task: DictConfig) -> None:

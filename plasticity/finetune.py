@@ -124,7 +124,7 @@ class Finetune:
         callbacks: list[Callback] = [checkpoint]
         if self.cfg.trainer.get("enable_progress_bar", True):
             callbacks.append(RichProgressBar(leave=True))
-        callbacks += [hydra.utils.instantiate(c) for c in self.cfg.get("callbacks", {}).values() if c]
+        callbacks += [hydra.utils.instantiate(c) for c in (self.cfg.get("callbacks") or {}).values() if c]
         return checkpoint, callbacks
 
     def setup_loggers(self) -> list:

@@ -22,6 +22,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from plasticity.analysis import Bounds, Plasticity
 from plasticity.config import ConfigError, check
 from plasticity.console import print_config_tree
 from plasticity.data import DataError
@@ -41,7 +42,7 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
     lambda record: "litlogger" not in record.getMessage()
 )
 
-TASKS = {"finetune": Finetune, "pretrain": Pretrain}
+TASKS = {"finetune": Finetune, "pretrain": Pretrain, "plasticity": Plasticity, "bounds": Bounds}
 FINISHED = ("done", "diverged")
 RUN_FILE = "run.json"
 # Errors whose message says everything: no traceback needed.

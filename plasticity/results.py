@@ -64,15 +64,14 @@ def config_hash(cfg: DictConfig) -> str:
 
 
 def identity(cfg: DictConfig) -> dict[str, Any]:
-    """The fields that name a run: task, dataset, model, component, lr, seed."""
-    return {
-        "task": cfg.task.name,
-        "dataset": cfg.dataset.name,
-        "model": cfg.model.name,
-        "component": cfg.component.name,
-        "lr": float(cfg.optimizer.lr),
-        "seed": int(cfg.seed),
-    }
+    """The fields that name a run: task, dataset, model, component, lr, seed.
+
+    Analysis tasks (``task.analysis``) train nothing: they have no component or lr.
+    """
+    names = {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name}
+    if not cfg.task.get("analysis", False):
+        names.update(component=cfg.component.name, lr=float(cfg.optimizer.lr))
+    return {**names, "seed": int(cfg.seed)}
 
 
 def find_results(root: str | Path) -> list[tuple[Path, dict]]:

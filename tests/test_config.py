@@ -37,13 +37,15 @@ GROUP_OPTIONS = [(g, o) for g in ("task", "model", "dataset", "component", "opti
 
 @pytest.mark.parametrize("group, option", GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
 def test_every_group_option_composes_and_resolves(group, option):
-    cfg = composed(f"{group}={option}")
+    # The analysis tasks default to the paper's ImageNet reference: check them with one that exists.
+    extra = ["task.reference=fashion_mnist"] if f"{group}={option}" in ("task=plasticity", "task=bounds") else []
+    cfg = composed(f"{group}={option}", *extra)
     job = OmegaConf.to_container(cfg, resolve=True)
     job.pop("hydra")
     assert job["run_name"].startswith(f"{job['task']['name']}/{job['dataset']['name']}/")
     cfg = OmegaConf.create(job)
-    if not (group == "experiment" and option == "quickstart"):  # needs the pretrained weights file
-        check(cfg, tuple(TASKS))
+    if not (group == "experiment" and option.startswith("quickstart") and option != "quickstart_pretrain"):
+        check(cfg, tuple(TASKS))  # (the other quickstart steps need the pretrained weights file)
 
 
 def test_the_expected_groups_exist():
@@ -103,3 +105,11 @@ def test_wandb_logger_is_offline_grouped_and_tagged(tmp_path):
     assert init["group"] == "fashion_mnist/vit_micro_patch7_28"
     assert init["tags"] == ["fc1", "lr=0.03", "seed=42"]
     assert init["name"] == "finetune/fashion_mnist/vit_micro_patch7_28/fc1/lr_0.03/seed_42"
+
+
+@pytest.mark.parametrize("task", ["plasticity", "bounds"])
+def test_analysis_tasks_default_to_the_paper_setting(task):
+    cfg = composed(f"task={task}")
+    assert cfg.task.reference == "imagenet" and cfg.task.n_pairs == 12_800 and cfg.task.pairing == "sequential"
+    assert cfg.task.get("mode", "embedding") == "embedding"
+    assert cfg.run_name.startswith(f"{task}/")

@@ -26,10 +26,13 @@ def data_dir(tmp_path_factory):
     return write_fashion_mnist(tmp_path_factory.mktemp("data"), n_train=200, n_test=100)
 
 
-def launch(tmp_path, data_dir, *overrides, multirun=False):
+ANALYSIS = [o for o in TINY if not o.startswith("task.")]
+
+
+def launch(tmp_path, data_dir, *overrides, multirun=False, base=TINY):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     # The default paths (relative to the launch directory) are part of what is tested.
-    cmd = [sys.executable, str(ROOT / "launch.py"), *(["-m"] if multirun else []), *TINY,
+    cmd = [sys.executable, str(ROOT / "launch.py"), *(["-m"] if multirun else []), *base,
            f"paths.data_dir={data_dir}", *overrides]
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
@@ -154,3 +157,34 @@ def test_pretrain_exports_weights_that_finetuning_loads(tmp_path, data_dir):
 
     net = create_model("vit_micro_patch7_28", 10, weights_file=str(weights), depth=2)
     assert torch.equal(net.blocks[1].mlp.fc2.weight, state["blocks.1.mlp.fc2.weight"])
+
+
+@pytest.mark.slow
+def test_plasticity_and_bounds_tasks_write_their_files(tmp_path, data_dir):
+    common = ["dataset=fashion_mnist_c/contrast", "task.reference=fashion_mnist", "task.n_pairs=30",
+              "task.batch_size=8"]
+    proc = launch(tmp_path, data_dir, "task=plasticity", "task.save_rates=true", *common, base=ANALYSIS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = tmp_path / "outputs" / "plasticity" / "fashion_mnist_c" / "contrast" / "vit_micro_patch7_28"
+    run = out / "embedding_sequential_ref_fashion_mnist" / "seed_0"
+    lines = (run / "plasticity.csv").read_text().splitlines()
+    assert lines[0].startswith("group,block,depth_pct,mean,std,ci95_low,ci95_high,n_pairs,mode")
+    assert len(lines) == 1 + 5 * 2  # 5 groups x 2 blocks
+    summary = json.loads((run / "plasticity.json").read_text())
+    assert sorted(r["group"] for r in summary["ranking"]) == ["fc1", "fc2", "ln1", "ln2", "mha"]
+    rates = __import__("numpy").load(run / "rates.npy")
+    assert rates.shape == (10, 30)
+    first = lines[1].split(",")
+    assert float(first[3]) == pytest.approx(float(rates[0].mean()), rel=1e-5)
+    assert (run / "plasticity_depth.png").stat().st_size > 0 and (run / "plasticity_distribution.png").is_file()
+    assert result(run)["status"] == "done" and "component" not in result(run)
+    same = launch(tmp_path, data_dir, "task=plasticity", "dataset=fashion_mnist", "task.reference=fashion_mnist",
+                  "task.n_pairs=8", "task.batch_size=8", base=ANALYSIS)
+    assert same.returncode == 1 and "no distinct pair" in same.stdout + same.stderr
+    proc = launch(tmp_path, data_dir, "task=bounds", *common, base=ANALYSIS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = (tmp_path / "outputs" / "bounds" / "fashion_mnist_c" / "contrast" / "vit_micro_patch7_28"
+           / "ref_fashion_mnist" / "seed_0")
+    bounds = (run / "bounds.csv").read_text().splitlines()
+    assert bounds[0] == "group,block,bound,value" and len(bounds) == 1 + 2 * 7
+    assert (run / "bounds.png").is_file() and json.loads((run / "token_stats.json").read_text())["n"] == 17

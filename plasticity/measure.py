@@ -1,0 +1,248 @@
+"""Plasticity (paper Definition 1): the average rate of change of each component, per block.
+
+    P(f) = E_(x, y) [ ||f(x) - f(y)||_F / ||x - y||_F ]
+
+over pairs of a reference image x (the pretraining distribution, ImageNet in the paper) and a
+downstream image y. Two input modes:
+
+- ``embedding`` (the paper's numbers, App. C.4): every module of every block is applied to the
+  *embedding-layer tokens* (patch embedding + cls + position embedding) of x and y. LN1, MHA
+  (qkv, softmax, proj; no LayerNorm before it), LN2 and FC1 (before the GELU) take those tokens
+  directly; FC2 takes them zero-padded to its input width. No residuals. Norms run over the whole
+  token matrix, CLS included; the denominator is the distance between the two token matrices.
+- ``layer``: each module's own input and output in the model's real forward pass (hooks): LN1
+  sees the residual stream, MHA sees LN1's output, FC2 the GELU output, and so on; the
+  denominator is that module's own input distance.
+
+Everything runs on the model's device: x and y go through one forward as a batch of 2B, the
+per-pair norms are computed at once and folded into running statistics (Chan's parallel
+mean/variance in float64 plus a log-spaced histogram), so memory does not grow with the number
+of pairs and no activation outlives the module being measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from scipy import stats as scipy_stats
+
+from plasticity.components import GROUPS
+
+MODES = ("embedding", "layer")
+PAIRINGS = ("sequential", "random")
+MODULES = {"ln1": "norm1", "mha": "attn", "ln2": "norm2", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
+"""Group -> the module of a timm block that the group's plasticity measures."""
+
+HIST_RANGE = (-4.0, 4.0)  # log10 of the rate
+HIST_BINS = 800  # 0.01 decades a bin: quantiles within 2.3 %
+
+
+def embed_tokens(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """Embedding-layer tokens ``(B, n, d)``, what enters the first block: patch embedding, then
+    cls (and register) tokens and position embedding, then ``norm_pre`` (identity in a standard
+    ViT), as timm's ViT forward builds them. Patch dropout is not applied."""
+    tokens = model._pos_embed(model.patch_embed(images))
+    tokens = tokens[0] if isinstance(tokens, tuple) else tokens  # EVA returns (tokens, rope)
+    return model.norm_pre(tokens) if hasattr(model, "norm_pre") else tokens
+
+
+def apply_module(block: nn.Module, group: str, tokens: torch.Tensor) -> torch.Tensor:
+    """Applies the group's module of ``block`` to embedding tokens (FC2: zero-padded to its width)."""
+    module = block.get_submodule(MODULES[group])
+    if group == "fc2":
+        tokens = F.pad(tokens, (0, module.in_features - tokens.shape[-1]))
+    return module(tokens)
+
+
+def pair_rates(outputs: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+    """Per-pair rates for a batch of 2B (first half x, second half y), computed in float32.
+
+    Pairs with identical inputs (zero denominator) are not distinct pairs: they give NaN and are
+    dropped by :class:`RunningStats`.
+    """
+    half = outputs.shape[0] // 2
+    num = (outputs[:half].float() - outputs[half:].float()).flatten(1).norm(dim=1)
+    den = (inputs[:half].float() - inputs[half:].float()).flatten(1).norm(dim=1)
+    return torch.where(den > 0, num / den, torch.full_like(num, float("nan")))
+
+
+@dataclass
+class RunningStats:
+    """Streaming count, mean, variance and log-histogram of K series of rates, on one device.
+
+    Memory is O(K x bins) whatever the number of pairs. ``update`` takes a ``(K, B)`` tensor.
+    """
+
+    keys: list[tuple[str, int]]
+    device: torch.device | str = "cpu"
+    count: torch.Tensor = field(init=False)
+    mean: torch.Tensor = field(init=False)
+    m2: torch.Tensor = field(init=False)
+    hist: torch.Tensor = field(init=False)
+
+    def __post_init__(self) -> None:
+        k = len(self.keys)
+        self.count = torch.zeros(k, dtype=torch.float64, device=self.device)
+        self.mean = torch.zeros(k, dtype=torch.float64, device=self.device)
+        self.m2 = torch.zeros(k, dtype=torch.float64, device=self.device)
+        self.hist = torch.zeros(k, HIST_BINS, dtype=torch.float64, device=self.device)
+
+    def update(self, rates: torch.Tensor) -> None:
+        """Folds a ``(K, B)`` batch of rates in (NaN entries are skipped)."""
+        rates = rates.to(torch.float64)
+        valid = ~torch.isnan(rates)
+        n_b = valid.sum(dim=1).to(torch.float64)
+        safe = torch.where(valid, rates, torch.zeros_like(rates))
+        mean_b = safe.sum(dim=1) / n_b.clamp_min(1)
+        m2_b = (torch.where(valid, rates - mean_b[:, None], torch.zeros_like(rates)) ** 2).sum(dim=1)
+        total = self.count + n_b
+        delta = mean_b - self.mean
+        self.mean = self.mean + delta * n_b / total.clamp_min(1)
+        self.m2 = self.m2 + m2_b + delta**2 * self.count * n_b / total.clamp_min(1)
+        self.count = total
+        self._update_hist(safe, valid)
+
+    def _update_hist(self, rates: torch.Tensor, valid: torch.Tensor) -> None:
+        low, high = HIST_RANGE
+        logs = torch.log10(rates.clamp_min(1e-30)).clamp(low, high - 1e-9)
+        idx = ((logs - low) / (high - low) * HIST_BINS).long()
+        offset = torch.arange(len(self.keys), device=idx.device)[:, None] * HIST_BINS
+        self.hist.view(-1).scatter_add_(0, (idx + offset)[valid], torch.ones_like(logs)[valid])
+
+    def summary(self) -> list[dict]:
+        """One row per key: mean, sample std, 95% CI of the mean (Student t), quantiles, count."""
+        count, mean = self.count.cpu().numpy(), self.mean.cpu().numpy()
+        var = (self.m2.cpu().numpy() / np.maximum(count - 1, 1)).clip(min=0)
+        hist = self.hist.cpu().numpy()
+        rows = []
+        for i, (group, block) in enumerate(self.keys):
+            n, std = int(count[i]), float(np.sqrt(var[i])) if count[i] > 1 else float("nan")
+            half = float(scipy_stats.t.ppf(0.975, max(n - 1, 1)) * std / math.sqrt(max(n, 1)))
+            q05, q50, q95 = histogram_quantiles(hist[i], (0.05, 0.5, 0.95))
+            rows.append(dict(group=group, block=block, mean=float(mean[i]) if n else float("nan"), std=std,
+                             ci95_low=float(mean[i]) - half, ci95_high=float(mean[i]) + half,
+                             q05=q05, q50=q50, q95=q95, n_pairs=n))
+        return rows
+
+
+def histogram_quantiles(counts: np.ndarray, qs: tuple[float, ...]) -> list[float]:
+    """Quantiles of the rates from their log-spaced histogram (log-linear within a bin)."""
+    total = counts.sum()
+    if total == 0:
+        return [float("nan")] * len(qs)
+    low, high = HIST_RANGE
+    edges = np.linspace(low, high, HIST_BINS + 1)
+    cdf = np.concatenate([[0.0], np.cumsum(counts) / total])
+    return [float(10 ** np.interp(q, cdf, edges)) for q in qs]
+
+
+def pair_indices(n_ref: int, n_down: int, n_pairs: int, pairing: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Indices of the reference and downstream image of each pair.
+
+    ``sequential`` pairs the k-th reference image with the k-th downstream image (each set cycled
+    when it is smaller, as the official code); ``random`` draws both i.i.d. with ``seed``.
+    """
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing={pairing!r}; choices: {', '.join(PAIRINGS)}")
+    k = np.arange(n_pairs)
+    if pairing == "sequential":
+        return k % n_ref, k % n_down
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, n_ref, n_pairs), rng.integers(0, n_down, n_pairs)
+
+
+def stat_keys(model: nn.Module, groups: tuple[str, ...] = GROUPS) -> list[tuple[str, int]]:
+    """(group, block) for every group and block, the row order of every output."""
+    return [(g, b) for g in groups for b in range(len(model.blocks))]
+
+
+@torch.no_grad()
+def embedding_rates(model: nn.Module, images: torch.Tensor, groups: tuple[str, ...] = GROUPS) -> torch.Tensor:
+    """``(K, B)`` rates of every (group, block) on embedding tokens of a 2B batch (x first, y second)."""
+    tokens = embed_tokens(model, images)
+    return torch.stack([pair_rates(apply_module(block, g, tokens), tokens)
+                        for g in groups for block in model.blocks])
+
+
+class LayerHooks:
+    """Forward hooks that turn each measured module's real input and output into pair rates."""
+
+    def __init__(self, model: nn.Module, groups: tuple[str, ...] = GROUPS) -> None:
+        self.rates: dict[tuple[str, int], torch.Tensor] = {}
+        self.handles = [
+            block.get_submodule(MODULES[g]).register_forward_hook(self._hook((g, i)))
+            for g in groups for i, block in enumerate(model.blocks)
+        ]
+        self.keys = [(g, i) for g in groups for i in range(len(model.blocks))]
+
+    def _hook(self, key: tuple[str, int]) -> Callable:
+        def hook(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+            self.rates[key] = pair_rates(output, inputs[0])
+
+        return hook
+
+    def pop(self) -> torch.Tensor:
+        rates = torch.stack([self.rates.pop(k) for k in self.keys])
+        return rates
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+@torch.no_grad()
+def layer_rates(model: nn.Module, images: torch.Tensor, hooks: LayerHooks) -> torch.Tensor:
+    """``(K, B)`` rates of every (group, block) on the modules' real inputs in a forward pass."""
+    model.forward_features(images)
+    return hooks.pop()
+
+
+def measure(
+    model: nn.Module,
+    batches: Iterator[torch.Tensor],
+    mode: str = "embedding",
+    groups: tuple[str, ...] = GROUPS,
+    on_rates: Callable[[torch.Tensor], None] | None = None,
+) -> RunningStats:
+    """Streams batches of 2B images (x then y, already transformed, on the model's device).
+
+    Args:
+        model: A timm ViT in eval mode.
+        batches: Iterator of ``(2B, 3, S, S)`` tensors.
+        mode: ``embedding`` or ``layer``.
+        groups: Which groups to measure.
+        on_rates: Called with each ``(K, B)`` rate batch (to save per-pair rates).
+
+    Returns:
+        The running statistics, keys in :func:`stat_keys` order.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}; choices: {', '.join(MODES)}")
+    device = next(model.parameters()).device
+    stats = RunningStats(stat_keys(model, groups), device=device)
+    hooks = LayerHooks(model, groups) if mode == "layer" else None
+    try:
+        for images in batches:
+            rates = layer_rates(model, images, hooks) if hooks else embedding_rates(model, images, groups)
+            stats.update(rates)
+            if on_rates is not None:
+                on_rates(rates)
+    finally:
+        if hooks:
+            hooks.remove()
+    return stats
+
+
+def ranking(rows: list[dict]) -> list[tuple[str, float]]:
+    """Groups sorted by their mean plasticity over blocks, most plastic first."""
+    by_group: dict[str, list[float]] = {}
+    for row in rows:
+        by_group.setdefault(row["group"], []).append(row["mean"])
+    means = {g: float(np.mean(v)) for g, v in by_group.items()}
+    return sorted(means.items(), key=lambda kv: -kv[1])
