@@ -53,22 +53,44 @@ def embed_tokens(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
 
 
 def apply_module(block: nn.Module, group: str, tokens: torch.Tensor) -> torch.Tensor:
-    """Applies the group's module of ``block`` to embedding tokens (FC2: zero-padded to its width)."""
+    """Applies the group's module of ``block`` to embedding tokens (FC2: zero-padded to its width).
+
+    For a plain ``nn.Linear`` FC2, the zero-padded product equals the product with the weight's
+    first d input columns, computed without materialising the padded (4x wider) tokens.
+    """
     module = block.get_submodule(MODULES[group])
-    if group == "fc2":
-        tokens = F.pad(tokens, (0, module.in_features - tokens.shape[-1]))
-    return module(tokens)
+    if group != "fc2":
+        return module(tokens)
+    d = tokens.shape[-1]
+    if type(module) is nn.Linear:
+        return F.linear(tokens, module.weight[:, :d], module.bias)
+    return module(F.pad(tokens, (0, module.in_features - d)))
 
 
-def pair_rates(outputs: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
-    """Per-pair rates for a batch of 2B (first half x, second half y), computed in float32.
+def pair_distances(batch: torch.Tensor) -> torch.Tensor:
+    """``||a_i - b_i||_F`` for a batch of 2B (first half a, second half b), accumulated in float32.
+
+    The difference is taken in the batch's dtype (bf16 under autocast: no float32 copy of the
+    activation is made), the norm is reduced in float32.
+    """
+    half = batch.shape[0] // 2
+    return torch.linalg.vector_norm((batch[:half] - batch[half:]).flatten(1), dim=1, dtype=torch.float32)
+
+
+def pair_rates(outputs: torch.Tensor, inputs: torch.Tensor | None = None,
+               input_distances: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-pair rates for a batch of 2B (first half x, second half y).
+
+    Args:
+        outputs: The module's outputs on the 2B inputs.
+        inputs: The module's inputs (or pass their ``input_distances`` when already known).
+        input_distances: ``pair_distances(inputs)``.
 
     Pairs with identical inputs (zero denominator) are not distinct pairs: they give NaN and are
     dropped by :class:`RunningStats`.
     """
-    half = outputs.shape[0] // 2
-    num = (outputs[:half].float() - outputs[half:].float()).flatten(1).norm(dim=1)
-    den = (inputs[:half].float() - inputs[half:].float()).flatten(1).norm(dim=1)
+    den = pair_distances(inputs) if input_distances is None else input_distances
+    num = pair_distances(outputs)
     return torch.where(den > 0, num / den, torch.full_like(num, float("nan")))
 
 
@@ -166,7 +188,8 @@ def stat_keys(model: nn.Module, groups: tuple[str, ...] = GROUPS) -> list[tuple[
 def embedding_rates(model: nn.Module, images: torch.Tensor, groups: tuple[str, ...] = GROUPS) -> torch.Tensor:
     """``(K, B)`` rates of every (group, block) on embedding tokens of a 2B batch (x first, y second)."""
     tokens = embed_tokens(model, images)
-    return torch.stack([pair_rates(apply_module(block, g, tokens), tokens)
+    den = pair_distances(tokens)
+    return torch.stack([pair_rates(apply_module(block, g, tokens), input_distances=den)
                         for g in groups for block in model.blocks])
 
 
