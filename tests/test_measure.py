@@ -113,3 +113,17 @@ def test_ranking_orders_groups_by_mean_over_blocks():
     rows = [dict(group="ln1", block=0, mean=0.5), dict(group="ln1", block=1, mean=0.7),
             dict(group="mha", block=0, mean=2.0), dict(group="mha", block=1, mean=1.0)]
     assert ranking(rows) == [("mha", 1.5), ("ln1", 0.6)]
+
+
+def test_measured_plasticity_stays_below_the_bounds_of_each_block(micro_vit):
+    from plasticity.bounds import block_bounds, token_stats
+
+    micro_vit.eval()
+    torch.manual_seed(5)
+    batches = [torch.randn(32, 3, 28, 28) for _ in range(3)]
+    measured = {(r["group"], r["block"]): r for r in measure(micro_vit, iter(batches)).summary()}
+    bounds = {(r["group"], r["block"], r["bound"]): r["value"] for r in block_bounds(micro_vit, token_stats(micro_vit, batches))}
+    for block in range(2):
+        assert measured[("mha", block)]["mean"] < bounds[("mha", block, "prop3_max")]
+        assert measured[("fc1", block)]["q95"] <= bounds[("fc1", block, "prop2")] * 1.03
+        assert measured[("ln1", block)]["mean"] < bounds[("ln1", block, "prop1")]
