@@ -25,12 +25,12 @@ import torch
 from omegaconf import DictConfig
 
 from plasticity.augment import DeviceTransform
-from plasticity.bounds import block_bounds, plot_bounds, token_stats
+from plasticity.bounds import block_bounds, token_stats
 from plasticity.data import ArraySet, check_data, ensure_data, load_splits
-from plasticity.figures import plot_depth, plot_distribution
+from plasticity.figures import plot_bounds, plot_depth, plot_distribution
 from plasticity.measure import measure, pair_indices, ranking
 from plasticity.models import create_model, image_size
-from plasticity.results import write_json_atomic
+from plasticity.results import atomic_path, write_json_atomic
 
 log = logging.getLogger(__name__)
 CSV_COLUMNS = ("group", "block", "depth_pct", "mean", "std", "ci95_low", "ci95_high", "n_pairs", "mode",
@@ -38,13 +38,11 @@ CSV_COLUMNS = ("group", "block", "depth_pct", "mean", "std", "ci95_low", "ci95_h
 
 
 def write_csv_atomic(path: Path, rows: list[dict], columns: tuple[str, ...]) -> None:
-    """Writes rows as CSV to a temporary file, then renames it over ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", newline="") as f:
+    """Writes rows as CSV atomically."""
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    tmp.replace(path)
 
 
 def device(name: str) -> torch.device:
@@ -130,7 +128,8 @@ class Plasticity(Analysis):
         }
         write_json_atomic(self.run_dir / "plasticity.json", summary)
         if saved:
-            np.save(self.run_dir / "rates.npy", np.concatenate(saved, axis=1))
+            with atomic_path(self.run_dir / "rates.npy") as tmp:
+                np.save(tmp, np.concatenate(saved, axis=1))
         plot_distribution(stats, self.run_dir / "plasticity_distribution.png", title=self._title())
         plot_depth(rows, self.run_dir / "plasticity_depth.png", title=self._title())
         log.info("plasticity ranking: %s", " > ".join(f"{g} ({m:.3f})" for g, m in order))

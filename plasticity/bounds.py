@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterable
 
 import torch
@@ -329,38 +328,3 @@ def block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
         rows += [{"group": g, "block": i, "bound": b, "value": v}
                  for g in GROUPS for b, v in values[g].items()]
     return rows
-
-
-_STYLE = {"prop1": "-", "prop2": "-", "prop3_rms": "-", "prop3_max": "--", "prop4": ":"}
-_COLOR = {"ln1": "tab:green", "ln2": "tab:olive", "fc1": "tab:blue", "fc2": "tab:cyan",
-          "mha": "tab:red"}
-_MARKER = {"ln1": "o", "ln2": "s", "fc1": "^", "fc2": "v", "mha": "D"}
-
-
-def plot_bounds(rows: list[dict], path: str | Path) -> None:
-    """Plots bounds against depth like the paper's Fig. 6 and saves a PNG.
-
-    One line per (group, bound); x is the block's relative depth ``block / (depth - 1) * 100``,
-    y the bound on a log scale.
-
-    Args:
-        rows: Output of :func:`block_bounds`.
-        path: PNG file to write (parent directories are created).
-    """
-    from matplotlib.figure import Figure  # no pyplot: no global backend state
-
-    depth = max(row["block"] for row in rows) + 1
-    fig = Figure(figsize=(7.5, 4), dpi=120)
-    ax = fig.subplots()
-    for key in dict.fromkeys((row["group"], row["bound"]) for row in rows):
-        line = sorted((r["block"], r["value"]) for r in rows if (r["group"], r["bound"]) == key)
-        x = [100 * b / max(depth - 1, 1) for b, _ in line]
-        group, bound = key
-        ax.plot(x, [v for _, v in line], _STYLE.get(bound, "-"), marker=_MARKER.get(group, "o"),
-                markersize=3, color=_COLOR.get(group), label=f"{group.upper()} ({bound})")
-    ax.set(yscale="log", xlabel="Depth (%)", ylabel="Upper bound on plasticity")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")

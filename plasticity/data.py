@@ -17,8 +17,6 @@ Supported datasets (:data:`DATASETS`):
 from __future__ import annotations
 
 import hashlib
-import os
-import uuid
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +27,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
 
 from plasticity.corruptions import CORRUPTIONS, corrupt
+from plasticity.results import atomic_path
 
 __all__ = [
     "DATASETS",
@@ -292,15 +291,9 @@ def read_c_layout(directory: str | Path, name: str, severity: int, *, dataset: s
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
-    """Write ``array`` to ``path`` via a unique temp file in the same folder and ``os.replace``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            np.save(f, array, allow_pickle=False)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write ``array`` to ``path`` atomically (see :func:`plasticity.results.atomic_path`)."""
+    with atomic_path(path) as tmp:
+        np.save(tmp, array, allow_pickle=False)
 
 
 def _generation_seed(corruption: str, severity: int) -> int:

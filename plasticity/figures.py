@@ -1,20 +1,22 @@
-"""Plasticity figures like paper Fig. 3: the distribution of rates per group and P(f) against depth."""
+"""Figures like the paper's: plasticity distribution per group and against depth (Fig. 3), bounds
+against depth (Fig. 6). Drawn on matplotlib ``Figure`` objects (no pyplot, no global backend
+state) and written atomically as PNG.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from plasticity.components import GROUPS  # noqa: E402
-from plasticity.measure import HIST_BINS, HIST_RANGE, RunningStats  # noqa: E402
+from plasticity.components import GROUPS
+from plasticity.measure import HIST_BINS, HIST_RANGE, RunningStats
+from plasticity.results import atomic_path
 
 COLORS = {"ln1": "tab:blue", "mha": "tab:red", "ln2": "tab:cyan", "fc1": "tab:orange", "fc2": "tab:green"}
 LABELS = {"ln1": "LN1", "mha": "MHA", "ln2": "LN2", "fc1": "FC1", "fc2": "FC2"}
+BOUND_STYLES = {"prop1": "-", "prop2": "-", "prop3_rms": "-", "prop3_max": "--", "prop4": ":"}
 
 
 def plot_distribution(stats: RunningStats, path: str | Path, title: str = "") -> None:
@@ -22,12 +24,10 @@ def plot_distribution(stats: RunningStats, path: str | Path, title: str = "") ->
     hist = stats.hist.cpu().numpy()
     edges = np.linspace(*HIST_RANGE, HIST_BINS + 1)
     centers = 0.5 * (edges[1:] + edges[:-1])
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.subplots()
     for group in GROUPS:
-        rows = [i for i, (g, _) in enumerate(stats.keys) if g == group]
-        if not rows:
-            continue
-        counts = hist[rows].sum(axis=0)
+        counts = hist[[i for i, (g, _) in enumerate(stats.keys) if g == group]].sum(axis=0)
         if counts.sum() == 0:
             continue
         used = np.nonzero(counts)[0]
@@ -39,12 +39,13 @@ def plot_distribution(stats: RunningStats, path: str | Path, title: str = "") ->
     ax.set(xlabel="rate of change ||f(x) - f(y)|| / ||x - y||", ylabel="density (per decade)")
     ax.set_title(title, fontsize=9)
     ax.legend(frameon=False, fontsize=8)
-    _save(fig, path)
+    save(fig, path)
 
 
 def plot_depth(rows: list[dict], path: str | Path, title: str = "") -> None:
     """Mean plasticity per block against depth in percent, with the 95% CI of the mean."""
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig = Figure(figsize=(6, 3.5))
+    ax = fig.subplots()
     for group in GROUPS:
         mine = sorted((r for r in rows if r["group"] == group), key=lambda r: r["block"])
         if not mine:
@@ -57,11 +58,31 @@ def plot_depth(rows: list[dict], path: str | Path, title: str = "") -> None:
     ax.set(xlabel="depth (%)", ylabel="plasticity P(f)")
     ax.set_title(title, fontsize=9)
     ax.legend(frameon=False, fontsize=8, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.2))
-    _save(fig, path)
+    save(fig, path)
 
 
-def _save(fig: plt.Figure, path: str | Path) -> None:
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp.png")
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")  # keeps a legend below the axes
-    plt.close(fig)
-    tmp.replace(path)
+def plot_bounds(rows: list[dict], path: str | Path) -> None:
+    """Upper bounds per block against depth in percent, one line per (group, bound), like Fig. 6.
+
+    Args:
+        rows: Output of :func:`plasticity.bounds.block_bounds`.
+        path: PNG file to write.
+    """
+    depth = max(row["block"] for row in rows) + 1
+    fig = Figure(figsize=(7.5, 4))
+    ax = fig.subplots()
+    for group, bound in dict.fromkeys((row["group"], row["bound"]) for row in rows):
+        line = sorted((r["block"], r["value"]) for r in rows if (r["group"], r["bound"]) == (group, bound))
+        ax.plot([100 * b / max(depth - 1, 1) for b, _ in line], [v for _, v in line],
+                BOUND_STYLES.get(bound, "-"), marker="o", markersize=3, color=COLORS.get(group),
+                label=f"{LABELS.get(group, group)} ({bound})")
+    ax.set(yscale="log", xlabel="depth (%)", ylabel="upper bound on plasticity")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
+    save(fig, path)
+
+
+def save(fig: Figure, path: str | Path) -> None:
+    """Writes the figure as PNG atomically; ``bbox_inches="tight"`` keeps outside legends."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")

@@ -6,7 +6,6 @@ on Fashion-MNIST, then finetunes it component by component on a corrupted Fashio
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +13,15 @@ from safetensors.torch import save_file
 
 from plasticity.config import ConfigError
 from plasticity.finetune import Finetune
+from plasticity.results import atomic_path
 
 WEIGHTS_FILE = "weights.safetensors"
 
 
 def save_weights(state_dict: dict, path: Path) -> None:
-    """Writes a safetensors state dict atomically (temporary file, then rename)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    save_file({k: v.detach().contiguous().cpu() for k, v in state_dict.items()}, str(tmp))
-    os.replace(tmp, path)
+    """Writes a safetensors state dict atomically."""
+    with atomic_path(path) as tmp:
+        save_file({k: v.detach().contiguous().cpu() for k, v in state_dict.items()}, str(tmp))
 
 
 class Pretrain(Finetune):

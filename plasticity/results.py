@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -22,22 +23,33 @@ STATUSES = ("done", "diverged", "failed")
 _NOT_PROTOCOL = ("hydra", "paths", "logger", "sweep", "print_config", "threads", "matmul_precision")
 
 
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Writes JSON to a temporary file in the same directory, then renames it over ``path``."""
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yields a unique temporary path beside ``path`` (same suffix); renames it over ``path`` on
+    success, removes it on failure. Readers never see a partial file.
+
+    Example:
+        >>> with atomic_path("out/rates.npy") as tmp:  # doctest: +SKIP
+        ...     np.save(tmp, rates)
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}{path.suffix}")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=False, default=str)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """Writes JSON atomically (see :func:`atomic_path`)."""
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, default=str)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def read_json(path: str | Path) -> dict | None:

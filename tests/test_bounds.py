@@ -20,11 +20,12 @@ from plasticity.bounds import (
     mha_bound,
     mha_bound_embedding,
     patch_embed_norm,
-    plot_bounds,
+
     spectral_norm,
     token_stats,
 )
 from plasticity.components import GROUPS
+from plasticity.figures import plot_bounds
 
 
 def rates(f, x, y):
