@@ -28,14 +28,18 @@ def best_finetune(root: Path, dataset: str, model: str) -> dict[str, dict]:
     return best
 
 
-def _csv_means(path: Path, column: str, where: tuple[str, str] | None = None) -> dict[str, float]:
-    if not path.is_file():
-        return {}
+BOUND_OF = {"ln1": "prop1", "ln2": "prop1", "mha": "prop3_rms", "fc1": "prop2", "fc2": "prop2"}
+"""The bound shown for each group: its proposition (MHA: Prop. 3 at the RMS token radius)."""
+
+
+def group_means(path: Path | None, column: str, keep=lambda row: True) -> dict[str, float]:
+    """Mean of ``column`` over blocks per group, from a per-(group, block) CSV (empty if none)."""
     by: dict[str, list[float]] = {}
-    with open(path) as f:
-        for row in csv.DictReader(f):
-            if where is None or row[where[0]] == where[1]:
-                by.setdefault(row["group"], []).append(float(row[column]))
+    if path is not None and path.is_file():
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                if keep(row):
+                    by.setdefault(row["group"], []).append(float(row[column]))
     return {g: float(np.mean(v)) for g, v in by.items()}
 
 
@@ -48,10 +52,8 @@ def summary_table(root: Path, dataset: str, model: str) -> Table:
     runs = best_finetune(root, dataset, model)
     plasticity_csv = latest(root / "plasticity" / dataset / model, "plasticity.csv")
     bounds_csv = latest(root / "bounds" / dataset / model, "bounds.csv")
-    plasticity = _csv_means(plasticity_csv, "mean") if plasticity_csv else {}
-    bounds = _csv_means(bounds_csv, "value", ("bound", "prop2")) if bounds_csv else {}
-    bounds.update(_csv_means(bounds_csv, "value", ("bound", "prop1")) if bounds_csv else {})
-    bounds.update(_csv_means(bounds_csv, "value", ("bound", "prop3_rms")) if bounds_csv else {})
+    plasticity = group_means(plasticity_csv, "mean")
+    bounds = group_means(bounds_csv, "value", lambda row: row["bound"] == BOUND_OF.get(row["group"]))
     p_rank = {g: i + 1 for i, g in enumerate(sorted(plasticity, key=lambda g: -plasticity[g]))}
     acc = {c: r["test_acc"] for c, r in runs.items() if c in GROUPS}
     a_rank = {g: i + 1 for i, g in enumerate(sorted(acc, key=lambda g: -acc[g]))}
