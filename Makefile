@@ -1,5 +1,5 @@
 # make run   set up everything, then run the offline quickstart (pretrain, 7-group finetuning sweep,
-#            plasticity, bounds, summary table)
+#            plasticity, bounds, summary table, report)
 # make test  set up everything, then run the test suite
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -48,6 +48,7 @@ run: setup data
 	$(PY) launch.py experiment=quickstart_plasticity
 	$(PY) launch.py experiment=quickstart_bounds
 	$(PY) -m plasticity.summary --outputs outputs
+	$(PY) launch.py task=report sweep_dir=outputs print_config=false
 
 test: setup
 	-@$(MAKE) --no-print-directory data 2>/dev/null || echo "(no Fashion-MNIST: tests use fixtures)"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import DictConfig
 
 from plasticity.components import GROUPS, check_component
@@ -30,7 +32,11 @@ def check(cfg: DictConfig, tasks: tuple[str, ...]) -> None:
     """
     task = cfg.task
     _require(task.name in tasks, f"task={task.name!r} is not a task. Choices: {', '.join(tasks)}.")
-    if task.get("analysis", False):
+    if task.name == "report":
+        _require(Path(cfg.sweep_dir).is_dir(), f"sweep_dir={cfg.sweep_dir!r} is not a directory. "
+                 f"Fix: sweep_dir=<a directory with run records, e.g. outputs/finetune/cifar10>.")
+        _require(task.select in ("val", "test"), f"task.select={task.select!r}; choices: val, test.")
+    elif task.get("analysis", False):
         _check_analysis(cfg)
     else:
         _check_training(cfg)

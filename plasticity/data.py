@@ -24,7 +24,7 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
 
 from plasticity.corruptions import CORRUPTIONS, corrupt
 from plasticity.results import atomic_path
@@ -444,6 +444,28 @@ class _BatchDataset(Dataset):
         return images, torch.from_numpy(self.labels[idx])
 
 
+class EpochBatchSampler(Sampler):
+    """Shuffled batches of indices (last partial batch dropped), the order a function of (seed, epoch).
+
+    Lightning calls :meth:`set_epoch` at the start of every epoch, so a run resumed at an epoch
+    boundary sees exactly the batches an uninterrupted run would.
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int) -> None:
+        self.n, self.batch_size, self.seed, self.epoch = n, batch_size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch))
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            yield order[start:start + self.batch_size].tolist()
+
+    def __len__(self) -> int:
+        return self.n // self.batch_size
+
+
 class ArrayDataModule(L.LightningDataModule):
     """Serves an in-memory :class:`Splits` as uint8 batches built by fancy indexing.
 
@@ -515,7 +537,7 @@ class ArrayDataModule(L.LightningDataModule):
         assert self.splits is not None
         return self.splits
 
-    def _loader(self, arrays: ArraySet, sampler: BatchSampler) -> DataLoader:
+    def _loader(self, arrays: ArraySet, sampler: Sampler) -> DataLoader:
         accelerated = self.num_workers > 0 and torch.cuda.is_available()
         return DataLoader(
             _BatchDataset(arrays),
@@ -528,9 +550,7 @@ class ArrayDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         train = self._splits().train
-        generator = torch.Generator().manual_seed(self.seed)
-        sampler = BatchSampler(RandomSampler(range(len(train)), generator=generator), self.micro_batch_size, True)
-        return self._loader(train, sampler)
+        return self._loader(train, EpochBatchSampler(len(train), self.micro_batch_size, self.seed))
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader(self._splits().val)

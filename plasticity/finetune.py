@@ -17,6 +17,7 @@ import hydra
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig
 
 from plasticity.augment import DeviceTransform
@@ -106,7 +107,7 @@ class Finetune:
             optimizer=hydra.utils.instantiate(self.cfg.optimizer),
             max_steps=task.max_steps,
             warmup_steps=task.warmup_steps,
-            train_transform=transform(True),
+            train_transform=transform(data.get("augment", True)),
             eval_transform=transform(False),
         )
 
@@ -132,6 +133,9 @@ class Finetune:
 
     def setup_trainer(self, callbacks: list[Callback], loggers: list) -> L.Trainer:
         task = self.cfg.task
+        # Under SLURM, submitit owns the preemption signal and requeues the job (resuming from
+        # last.ckpt); Lightning's own auto-requeue would fight it.
+        plugins = [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None
         return hydra.utils.instantiate(
             self.cfg.trainer,
             precision=precision(self.cfg.trainer),
@@ -142,6 +146,7 @@ class Finetune:
             callbacks=callbacks,
             logger=loggers,
             default_root_dir=str(self.run_dir),
+            plugins=plugins,
         )
 
     def resume_from(self) -> str | None:

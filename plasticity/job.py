@@ -30,6 +30,7 @@ from plasticity.finetune import CHECKPOINT_DIR, Finetune
 from plasticity.models import WeightsError
 from plasticity.module import Diverged
 from plasticity.pretrain import Pretrain
+from plasticity.report import write_report
 from plasticity.results import RESULT_FILE, config_hash, identity, read_json, read_result, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,19 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
     lambda record: "litlogger" not in record.getMessage()
 )
 
-TASKS = {"finetune": Finetune, "pretrain": Pretrain, "plasticity": Plasticity, "bounds": Bounds}
+class Report:
+    """Recipe of ``task=report``: the paper's tables and figures from a sweep's records."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        self.cfg, self.run_dir = cfg, run_dir
+
+    def run(self) -> dict[str, Any]:
+        path = write_report(self.cfg.sweep_dir, self.cfg.task.select, out_dir=self.run_dir)
+        print(f"report: {path}")
+        return {"report": str(path), "sweep_dir": str(self.cfg.sweep_dir)}
+
+
+TASKS = {"finetune": Finetune, "pretrain": Pretrain, "plasticity": Plasticity, "bounds": Bounds, "report": Report}
 FINISHED = ("done", "diverged")
 RUN_FILE = "run.json"
 # Errors whose message says everything: no traceback needed.
@@ -75,6 +88,10 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
     record: dict[str, Any] = {**identity(cfg), "run_dir": str(run_dir)}
     chash = config_hash(cfg)
     previous = read_result(run_dir)
+    if cfg.sweep.get("dry_run", False):
+        status = previous.get("status") if previous and previous.get("config_hash") == chash else "to run"
+        log.info("dry run: %s (%s)", run_dir, status)
+        return {**record, "status": status, "dry_run": True}
     if cfg.sweep.skip_done and previous and previous.get("status") in FINISHED:
         if previous.get("config_hash") == chash:
             log.info("skipping %s: already %s (sweep.skip_done=true)", run_dir, previous["status"])

@@ -80,6 +80,8 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
 
     Analysis tasks (``task.analysis``) train nothing: they have no component or lr.
     """
+    if cfg.task.name == "report":
+        return {"task": "report"}
     names = {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name}
     if not cfg.task.get("analysis", False):
         names.update(component=cfg.component.name, lr=float(cfg.optimizer.lr))

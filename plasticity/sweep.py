@@ -58,6 +58,10 @@ class SweepSummary(Callback):
         records = [r for p in sorted(folder.glob("*.json")) if (r := read_json(p))]
         con = console()
         con.print(results_table(records, title=f"sweep {sweep_id}: {len(records)} runs"))
+        if any(r.get("dry_run") for r in records):
+            todo = sum(r.get("status") == "to run" for r in records)
+            con.print(f"dry run: {len(records)} jobs, {todo} to run, {len(records) - todo} finished | journal {folder}")
+            return
         counts = {s: sum(r.get("status") == s for r in records) for s in ("done", "diverged", "failed")}
         skipped = sum(bool(r.get("skipped")) for r in records)
         con.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | "

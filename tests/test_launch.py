@@ -3,6 +3,7 @@
 import json
 import os
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -77,6 +78,15 @@ def test_multirun_grid_then_relaunch_skips_everything(tmp_path, data_dir):
     assert "done 4 (skipped 4)" in again.stdout
     assert "Trainer.fit" not in again.stderr + again.stdout
     assert mtimes == {k: (run_dir(tmp_path, *k) / "result.json").stat().st_mtime_ns for k in records}
+    report = launch(tmp_path, data_dir, "task=report", "sweep_dir=outputs/finetune", base=[])
+    assert report.returncode == 0, report.stderr[-3000:]
+    table6 = (tmp_path / "outputs" / "finetune" / "report" / "table6.csv").read_text().splitlines()
+    assert table6[0] == "dataset,group,lr,mean,std,n_seeds"
+    chosen = {row.split(",")[1]: row.split(",") for row in table6[1:] if row.startswith("fashion_mnist,")}
+    for group in ("ln1", "fc1"):  # the lr with the better validation accuracy, its test accuracy in %
+        best = max((records[(group, lr)] for lr in (0.01, 0.1)), key=lambda r: r["best_val_acc"])
+        assert float(chosen[group][2]) == best["lr"]
+        assert float(chosen[group][3]) == pytest.approx(100 * best["test_acc"])
 
 
 def test_wandb_multirun_gives_one_offline_run_per_job(tmp_path, data_dir):
@@ -188,3 +198,58 @@ def test_plasticity_and_bounds_tasks_write_their_files(tmp_path, data_dir):
     bounds = (run / "bounds.csv").read_text().splitlines()
     assert bounds[0] == "group,block,bound,value" and len(bounds) == 1 + 2 * 7
     assert (run / "bounds.png").is_file() and json.loads((run / "token_stats.json").read_text())["n"] == 17
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_result(tmp_path, data_dir):
+    """SIGKILL once the first last.ckpt exists; the relaunch resumes and ends like a run never killed."""
+    # 160 train images / 16 = 10 steps an epoch; a validation (and last.ckpt) at every epoch end.
+    # No augmentation: Lightning does not restore the global RNG, only the data order is replayed.
+    args = ["component=fc1", "task.max_steps=60", "task.val_every=10", "task.batch_size=16",
+            "task.micro_batch_size=16", "dataset.augment=false"]
+    (tmp_path / "whole").mkdir()
+    whole = launch(tmp_path / "whole", data_dir, *args)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, str(ROOT / "launch.py"), *TINY, f"paths.data_dir={data_dir}", *args]
+    (tmp_path / "cut").mkdir()
+    proc = subprocess.Popen(cmd, cwd=tmp_path / "cut", env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    last = run_dir(tmp_path / "cut", "fc1") / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 300
+    while not last.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    assert not (run_dir(tmp_path / "cut", "fc1") / "result.json").exists()  # killed before the end
+    resumed = launch(tmp_path / "cut", data_dir, *args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming from" in resumed.stdout + resumed.stderr
+    a, b = result(run_dir(tmp_path / "whole", "fc1")), result(run_dir(tmp_path / "cut", "fc1"))
+    for key in ("best_val_acc", "test_acc", "test_loss", "best_step", "steps"):
+        assert a[key] == b[key], key
+    wa = torch.load(run_dir(tmp_path / "whole", "fc1") / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    wb = torch.load(run_dir(tmp_path / "cut", "fc1") / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+@pytest.mark.slow
+def test_paper_grid_dry_listing(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "launch.py"), "-m", "experiment=paper/finetune/cifar10",
+                           "sweep.dry_run=true"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dry run: 84 jobs, 84 to run" in proc.stdout
+    base = tmp_path / "outputs" / "finetune" / "cifar10" / "vit_base_patch16_224.orig_in21k"
+    runs = {p.relative_to(base).parts for p in base.glob("*/*/*") if p.is_dir()}
+    assert runs == {(c, f"lr_{lr}", f"seed_{s}") for c in ("ln1", "mha", "ln2", "fc1", "fc2", "all", "head")
+                    for lr in (0.001, 0.003, 0.01, 0.03) for s in (0, 42, 3407)}
+    assert not list(base.rglob("result.json"))  # a listing computes and records nothing
+
+
+@pytest.mark.slow
+def test_local_submitit_launcher_runs_a_grid(tmp_path, data_dir):
+    proc = launch(tmp_path, data_dir, "hydra/launcher=local", "component=ln1,mha", "seed=0,42", multirun=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [result(run_dir(tmp_path, c, seed=s)) for c in ("ln1", "mha") for s in (0, 42)]
+    assert all(r["status"] == "done" for r in records)
+    assert "done 4 (skipped 0)" in proc.stdout
