@@ -9,6 +9,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf, open_dict, read_write
 
 from plasticity.config import ConfigError, check
+from plasticity.data import DATASETS
 from plasticity.job import TASKS
 from plasticity.results import config_hash
 
@@ -39,13 +40,21 @@ GROUP_OPTIONS = [(g, o) for g in ("task", "model", "dataset", "component", "opti
 def test_every_group_option_composes_and_resolves(group, option):
     # The analysis tasks default to the paper's ImageNet reference: check them with one that exists.
     extra = ["task.reference=fashion_mnist"] if f"{group}={option}" in ("task=plasticity", "task=bounds") else []
+    if f"{group}={option}" == "task=report":
+        extra = [f"sweep_dir={CONF}"]  # any existing directory (./outputs may not exist in a clean clone)
     cfg = composed(f"{group}={option}", *extra)
     job = OmegaConf.to_container(cfg, resolve=True)
     job.pop("hydra")
     assert job["run_name"].startswith(f"{job['task']['name']}/{job['dataset']['name']}/")
     cfg = OmegaConf.create(job)
-    if not (group == "experiment" and option.startswith("quickstart") and option != "quickstart_pretrain"):
-        check(cfg, tuple(TASKS))  # (the other quickstart steps need the pretrained weights file)
+    if group == "experiment" and option.startswith("quickstart") and option != "quickstart_pretrain":
+        return  # the other quickstart steps need the pretrained weights file
+    needed = [cfg.dataset.name] + ([cfg.task.reference] if cfg.task.get("analysis") else [])
+    if all(name in DATASETS for name in needed):
+        check(cfg, tuple(TASKS))
+    else:  # a benchmark whose loader is not there yet: stopped before compute, with the choices
+        with pytest.raises(ConfigError, match=r"is not a dataset\. Choices: fashion_mnist"):
+            check(cfg, tuple(TASKS))
 
 
 def test_the_expected_groups_exist():
@@ -113,3 +122,8 @@ def test_analysis_tasks_default_to_the_paper_setting(task):
     assert cfg.task.reference == "imagenet" and cfg.task.n_pairs == 12_800 and cfg.task.pairing == "sequential"
     assert cfg.task.get("mode", "embedding") == "embedding"
     assert cfg.run_name.startswith(f"{task}/")
+
+
+def test_report_needs_an_existing_sweep_dir(tmp_path):
+    with pytest.raises(ConfigError, match="is not a directory"):
+        check(composed("task=report", f"sweep_dir={tmp_path}/missing"), tuple(TASKS))
