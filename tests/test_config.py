@@ -114,6 +114,10 @@ def test_wandb_logger_is_offline_grouped_and_tagged(tmp_path):
     assert init["group"] == "fashion_mnist/vit_micro_patch7_28"
     assert init["tags"] == ["fc1", "lr=0.03", "seed=42"]
     assert init["name"] == "finetune/fashion_mnist/vit_micro_patch7_28/fc1/lr_0.03/seed_42"
+    assert init["resume"] == "allow" and len(init["id"]) == 16
+    other = composed("logger=wandb", "component=fc1", "optimizer.lr=0.03", "seed=0", "dataset=fashion_mnist",
+                     "model=vit_micro")
+    assert OmegaConf.to_container(other.logger.wandb, resolve=True)["id"] != init["id"]
 
 
 @pytest.mark.parametrize("task", ["plasticity", "bounds"])
