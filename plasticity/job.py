@@ -30,7 +30,7 @@ from plasticity.finetune import CHECKPOINT_DIR, Finetune
 from plasticity.models import WeightsError
 from plasticity.module import Diverged
 from plasticity.pretrain import Pretrain
-from plasticity.report import write_report
+from plasticity.report import Report
 from plasticity.results import RESULT_FILE, config_hash, identity, read_json, read_result, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -42,17 +42,6 @@ warnings.filterwarnings("ignore", message="Experiment logs directory .* exists a
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
     lambda record: "litlogger" not in record.getMessage()
 )
-
-class Report:
-    """Recipe of ``task=report``: the paper's tables and figures from a sweep's records."""
-
-    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
-        self.cfg, self.run_dir = cfg, run_dir
-
-    def run(self) -> dict[str, Any]:
-        path = write_report(self.cfg.sweep_dir, self.cfg.task.select, out_dir=self.run_dir)
-        print(f"report: {path}")
-        return {"report": str(path), "sweep_dir": str(self.cfg.sweep_dir)}
 
 
 TASKS = {"finetune": Finetune, "pretrain": Pretrain, "plasticity": Plasticity, "bounds": Bounds, "report": Report}

@@ -504,3 +504,20 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+class Report:
+    """Recipe of ``task=report``: the paper's tables and figures from a sweep's records.
+
+    Args:
+        cfg: The composed job config (``sweep_dir``, ``task.select``).
+        run_dir: Where the report goes (``<sweep_dir>/report`` by default).
+    """
+
+    def __init__(self, cfg, run_dir: Path) -> None:
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+
+    def run(self) -> dict:
+        path = write_report(self.cfg.sweep_dir, self.cfg.task.select, out_dir=self.run_dir)
+        print(f"report: {path}")
+        return {"report": str(path), "sweep_dir": str(self.cfg.sweep_dir)}

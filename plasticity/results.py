@@ -84,7 +84,8 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
         return {"task": "report"}
     names = {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name}
     if not cfg.task.get("analysis", False):
-        names.update(component=cfg.component.name, lr=float(cfg.optimizer.lr))
+        lr = cfg.optimizer.lr  # kept as given when not a number: check() reports it
+        names.update(component=cfg.component.name, lr=float(lr) if isinstance(lr, (int, float)) else lr)
     return {**names, "seed": int(cfg.seed)}
 
 

@@ -120,6 +120,7 @@ def test_diverging_run_is_recorded_as_diverged(tmp_path, data_dir):
     "overrides, message",
     [
         (["optimizer.lr=0"], "optimizer.lr=0 must be a positive number"),
+        (["optimizer.lr=fast"], "optimizer.lr='fast' must be a positive number"),
         (["task.max_steps=0"], "task.max_steps=0 must be a positive integer"),
         (["task.batch_size=20", "task.micro_batch_size=8"], "not divisible by task.micro_batch_size=8"),
         (["model.weights_file=/nonexistent/w.safetensors"], "model.weights_file='/nonexistent/w.safetensors' does not exist"),
