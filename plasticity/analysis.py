@@ -13,7 +13,6 @@ downstream image (``dataset``), from the test split of each, through the model o
 
 from __future__ import annotations
 
-import csv
 import logging
 from contextlib import nullcontext
 from pathlib import Path
@@ -30,19 +29,11 @@ from plasticity.data import ArraySet, check_data, ensure_data, load_splits
 from plasticity.figures import plot_bounds, plot_depth, plot_distribution
 from plasticity.measure import measure, pair_indices, ranking
 from plasticity.models import create_model, image_size
-from plasticity.results import atomic_path, write_json_atomic
+from plasticity.results import atomic_path, write_csv_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
 CSV_COLUMNS = ("group", "block", "depth_pct", "mean", "std", "ci95_low", "ci95_high", "n_pairs", "mode",
                "q05", "q50", "q95")
-
-
-def write_csv_atomic(path: Path, rows: list[dict], columns: tuple[str, ...]) -> None:
-    """Writes rows as CSV atomically."""
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def device(name: str) -> torch.device:

@@ -14,8 +14,10 @@ from plasticity.components import GROUPS
 from plasticity.measure import HIST_BINS, HIST_RANGE, RunningStats
 from plasticity.results import atomic_path
 
-COLORS = {"ln1": "tab:blue", "mha": "tab:red", "ln2": "tab:cyan", "fc1": "tab:orange", "fc2": "tab:green"}
-LABELS = {"ln1": "LN1", "mha": "MHA", "ln2": "LN2", "fc1": "FC1", "fc2": "FC2"}
+COLORS = {"ln1": "tab:blue", "mha": "tab:red", "ln2": "tab:cyan", "fc1": "tab:orange", "fc2": "tab:green",
+          "all": "tab:purple", "head": "tab:gray"}
+LABELS = {"ln1": "LN1", "mha": "MHA", "ln2": "LN2", "fc1": "FC1", "fc2": "FC2", "all": "full",
+          "head": "linear probing"}
 BOUND_STYLES = {"prop1": "-", "prop2": "-", "prop3_rms": "-", "prop3_max": "--", "prop4": ":"}
 
 

@@ -34,18 +34,14 @@ import numpy as np
 from matplotlib.figure import Figure
 from scipy import stats
 
-from plasticity.results import atomic_path, find_results
+from plasticity.figures import COLORS, LABELS, save
+from plasticity.results import atomic_path, find_results, write_csv_atomic
 
 GROUP_ORDER = ("ln1", "mha", "ln2", "fc1", "fc2", "all", "head")
 """Column order of the tables: the five component groups, full finetuning, linear probing."""
 PLASTIC_GROUPS = ("ln1", "mha", "ln2", "fc1", "fc2")
 TABLE1_GROUPS = ("ln1", "ln2", "fc1", "fc2", "all")
 BASELINE = "head"
-LABELS = {"ln1": "LN1", "mha": "MHA", "ln2": "LN2", "fc1": "FC1", "fc2": "FC2", "all": "full", "head": "linear probing"}
-COLORS = {
-    "ln1": "tab:blue", "mha": "tab:red", "ln2": "tab:cyan", "fc1": "tab:orange", "fc2": "tab:green",
-    "all": "tab:purple", "head": "tab:gray",
-}
 AVERAGE = "average"
 TABLE6_COLUMNS = ("dataset", "group", "lr", "mean", "std", "n_seeds")
 
@@ -68,32 +64,10 @@ def flatten(record: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def write_csv(path: Path, rows: list[dict], columns: Iterable[str]) -> None:
-    """Writes ``rows`` atomically with the given columns (missing values empty, NaN empty)."""
-    columns = list(columns)
-    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: _cell(row.get(k)) for k in columns})
-
-
-def _cell(value: Any) -> Any:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    return value
-
-
 def write_text(path: Path, text: str) -> None:
     """Writes ``text`` atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
-
-
-def save_figure(fig: Figure, path: Path) -> None:
-    """Writes the figure as PNG atomically."""
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
 
 
 def read_metric(run_dir: Path, column: str) -> tuple[np.ndarray, np.ndarray]:
@@ -288,7 +262,7 @@ def plot_relative_gain(gains: list[dict], path: Path) -> None:
            color=[COLORS.get(g["group"], "k") for g in avg])
     ax.set_ylabel("relative gain over linear probing (%)")
     ax.grid(True, axis="y", alpha=0.3)
-    save_figure(fig, path)
+    save(fig, path)
 
 
 def plot_accuracy(rows: list[dict], path: Path) -> None:
@@ -302,8 +276,9 @@ def plot_accuracy(rows: list[dict], path: Path) -> None:
     low = min(r["mean"] for r in avg)
     ax.set_ylim(max(0.0, low - 5.0), None)
     ax.set_ylabel("average top-1 test accuracy (%)")
+    ax.tick_params(axis="x", rotation=30)
     ax.grid(True, axis="y", alpha=0.3)
-    save_figure(fig, path)
+    save(fig, path)
 
 
 def plot_spread(cells: Cells, path: Path) -> None:
@@ -324,7 +299,7 @@ def plot_spread(cells: Cells, path: Path) -> None:
         ax.grid(True, axis="y", alpha=0.3)
     fig.supylabel("top-1 test accuracy (%)")
     fig.tight_layout()
-    save_figure(fig, path)
+    save(fig, path)
 
 
 def plot_curves(cells: Cells, rows: list[dict], dataset: str, path: Path) -> bool:
@@ -349,7 +324,7 @@ def plot_curves(cells: Cells, rows: list[dict], dataset: str, path: Path) -> boo
         ax.grid(True, alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
-    save_figure(fig, path)
+    save(fig, path)
     return True
 
 
@@ -431,7 +406,7 @@ def write_report(sweep_dir: str | Path, select: str = "val", out_dir: str | Path
     runs = [(d, r) for d, r in found if r.get("task") == "finetune"]
     analysis = [(d, r) for d, r in found if r.get("task") == "plasticity"]
     flat = [{"run_dir": str(d), **flatten(r)} for d, r in runs]
-    write_csv(out / "runs.csv", flat, _columns(flat))
+    write_csv_atomic(out / "runs.csv", flat, _columns(flat))
     sections = [f"# Finetuning report: {sweep_dir}\n\n{len(runs)} finetuning runs "
                 f"({sum(r.get('status') == 'done' for _, r in runs)} done); learning rate selected by "
                 f"mean {'validation' if select == 'val' else 'test'} accuracy over seeds. "
@@ -459,21 +434,21 @@ def _columns(flat: list[dict]) -> list[str]:
 def _write_results(cells: Cells, analysis: list[tuple[Path, dict]], select: str, out: Path) -> list[str]:
     """Writes the tables and figures of the done runs; returns their report sections."""
     rows = table6(cells, select)
-    write_csv(out / "table6.csv", rows, TABLE6_COLUMNS)
+    write_csv_atomic(out / "table6.csv", rows, TABLE6_COLUMNS)
     write_text(out / "table6.md", table6_md(rows))
     sections = ["## Table 6: top-1 test accuracy (%), mean ± std over seeds\n\n" + table6_md(rows)]
     chosen = [r for r in rows if r["dataset"] != AVERAGE]
     sections.append("Chosen learning rates:\n\n" + rows_md(chosen, ["dataset", "group", "lr", "n_seeds"]))
     gains = relative_gain(rows)
     if gains:
-        write_csv(out / "relative_gain.csv", gains, ("dataset", "group", "gain_pct"))
+        write_csv_atomic(out / "relative_gain.csv", gains, ("dataset", "group", "gain_pct"))
         plot_relative_gain(gains, out / "relative_gain.png")
         avg = [g for g in gains if g["dataset"] == AVERAGE]
         sections.append("## Relative gain over linear probing (%)\n\n" + rows_md(avg, ["group", "gain_pct"])
                         + "\n![relative gain](relative_gain.png)\n")
     t1 = table1(rows)
     if t1:
-        write_csv(out / "table1.csv", t1, ("group", "mean_decrease", "p_value", "significant"))
+        write_csv_atomic(out / "table1.csv", t1, ("group", "mean_decrease", "p_value", "significant"))
         sections.append("## Table 1: decrease from MHA (points), Wilcoxon signed-rank over datasets\n\n"
                         + rows_md(t1, ["group", "mean_decrease", "p_value", "significant", "n_datasets"]))
     plot_accuracy(rows, out / "accuracy.png")
@@ -485,7 +460,7 @@ def _write_results(cells: Cells, analysis: list[tuple[Path, dict]], select: str,
             sections.append(f"![{dataset} curves]({name})\n")
     corr = plasticity_vs_accuracy(rows, analysis)
     if corr:
-        write_csv(out / "plasticity_vs_accuracy.csv", corr, ("dataset", "spearman_rho", "p_value"))
+        write_csv_atomic(out / "plasticity_vs_accuracy.csv", corr, ("dataset", "spearman_rho", "p_value"))
         sections.append("## Plasticity vs accuracy (Spearman over ln1..fc2)\n\n"
                         + rows_md(corr, ["dataset", "spearman_rho", "p_value", "n_groups"]))
     return sections

@@ -7,13 +7,15 @@ trainable_params`` and ``error`` when failed. Accuracies are fractions in [0, 1]
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
+import math
 import os
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -50,6 +52,22 @@ def write_json_atomic(path: str | Path, obj: Any) -> None:
         f.write("\n")
         f.flush()
         os.fsync(f.fileno())
+
+
+def write_csv_atomic(path: str | Path, rows: list[dict], columns: Iterable[str]) -> None:
+    """Writes ``rows`` as CSV atomically with the given columns (None and NaN as empty cells)."""
+    columns = list(columns)
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _cell(row.get(k)) for k in columns})
+
+
+def _cell(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return value
 
 
 def read_json(path: str | Path) -> dict | None:
