@@ -57,8 +57,10 @@ class Analysis:
     def setup_images(self) -> tuple[ArraySet, ArraySet]:
         """Test splits of the reference and downstream datasets (checked before loading)."""
         data, task = self.cfg.dataset, self.cfg.task
-        for name in (task.reference, data.name):
+        names = (task.reference, data.name)
+        for name in names:  # every problem reported before anything is generated or loaded
             check_data(name, self.cfg.paths.data_dir, severity=data.severity, download=data.download)
+        for name in names:
             ensure_data(name, self.cfg.paths.data_dir, download=data.download)
         load = lambda name: load_splits(name, self.cfg.paths.data_dir, severity=data.severity).test  # noqa: E731
         return load(task.reference), load(data.name)
