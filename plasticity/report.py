@@ -35,7 +35,7 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from plasticity.figures import COLORS, LABELS, save
-from plasticity.results import atomic_path, find_results, write_csv_atomic
+from plasticity.results import atomic_path, find_results, group_values, write_csv_atomic
 
 GROUP_ORDER = ("ln1", "mha", "ln2", "fc1", "fc2", "all", "head")
 """Column order of the tables: the five component groups, full finetuning, linear probing."""
@@ -224,13 +224,9 @@ def group_plasticity(runs: list[tuple[Path, dict]], dataset: str) -> dict[str, f
     """Mean plasticity over blocks per group from the dataset's analysis runs' ``plasticity.csv``."""
     values: dict[str, list[float]] = defaultdict(list)
     for run_dir, r in runs:
-        path = run_dir / "plasticity.csv"
-        if r.get("dataset") != dataset or not path.is_file():
-            continue
-        with open(path, newline="") as f:
-            for row in csv.DictReader(f):
-                if row.get("mean") not in (None, ""):
-                    values[row["group"]].append(float(row["mean"]))
+        if r.get("dataset") == dataset:
+            for group, means in group_values(run_dir / "plasticity.csv", "mean").items():
+                values[group] += means
     return {g: float(np.mean(v)) for g, v in values.items()}
 
 

@@ -70,6 +70,18 @@ def _cell(value: Any) -> Any:
     return value
 
 
+def group_values(path: str | Path | None, column: str, keep=lambda row: True) -> dict[str, list[float]]:
+    """Values of ``column`` per ``group`` from a per-(group, block) CSV such as ``plasticity.csv``
+    or ``bounds.csv``, for the rows ``keep`` accepts; empty cells and a missing file give nothing."""
+    by: dict[str, list[float]] = {}
+    if path is not None and Path(path).is_file():
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get(column) not in (None, "") and keep(row):
+                    by.setdefault(row["group"], []).append(float(row[column]))
+    return by
+
+
 def read_json(path: str | Path) -> dict | None:
     """The JSON object in ``path``, or ``None`` when the file is missing or unreadable."""
     try:

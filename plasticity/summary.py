@@ -8,7 +8,6 @@ Reads what the runs under ``--outputs`` wrote for one dataset and model: the fin
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from rich.table import Table
 
 from plasticity.components import COMPONENTS, GROUPS
 from plasticity.console import console
-from plasticity.results import find_results, read_json
+from plasticity.results import find_results, group_values, read_json
 
 
 def best_finetune(root: Path, dataset: str, model: str) -> dict[str, dict]:
@@ -34,13 +33,7 @@ BOUND_OF = {"ln1": "prop1", "ln2": "prop1", "mha": "prop3_rms", "fc1": "prop2", 
 
 def group_means(path: Path | None, column: str, keep=lambda row: True) -> dict[str, float]:
     """Mean of ``column`` over blocks per group, from a per-(group, block) CSV (empty if none)."""
-    by: dict[str, list[float]] = {}
-    if path is not None and path.is_file():
-        with open(path) as f:
-            for row in csv.DictReader(f):
-                if keep(row):
-                    by.setdefault(row["group"], []).append(float(row[column]))
-    return {g: float(np.mean(v)) for g, v in by.items()}
+    return {g: float(np.mean(v)) for g, v in group_values(path, column, keep).items()}
 
 
 def latest(root: Path, name: str) -> Path | None:
