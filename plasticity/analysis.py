@@ -28,7 +28,7 @@ from plasticity.bounds import block_bounds, token_stats
 from plasticity.data import ArraySet, check_data, ensure_data, load_splits
 from plasticity.figures import plot_bounds, plot_depth, plot_distribution
 from plasticity.measure import measure, pair_indices, ranking
-from plasticity.models import create_model, image_size
+from plasticity.models import create_model, image_size, input_size
 from plasticity.results import atomic_path, write_csv_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,11 @@ class Analysis:
             check_data(name, self.cfg.paths.data_dir, severity=data.severity, download=data.download)
         for name in names:
             ensure_data(name, self.cfg.paths.data_dir, download=data.download)
-        load = lambda name: load_splits(name, self.cfg.paths.data_dir, severity=data.severity).test  # noqa: E731
+        model = self.cfg.model
+        img_size = input_size(model.name, model.get("kwargs"))
+        load = lambda name: load_splits(  # noqa: E731
+            name, self.cfg.paths.data_dir, severity=data.severity, img_size=img_size,
+            prepared_dir=self.cfg.paths.get("prepared_dir")).test
         return load(task.reference), load(data.name)
 
     def setup_net(self, num_classes: int = 10) -> torch.nn.Module:

@@ -58,12 +58,22 @@ class DeviceTransform(torch.nn.Module):
         return f"img_size={self.img_size}, train, scale={self.crop_scale}, ratio={self.crop_ratio}, hflip={self.hflip}"
 
     @torch.no_grad()
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        """Transform a uint8 batch (grayscale is repeated to 3 channels)."""
+    def forward(self, images: torch.Tensor, sizes: torch.Tensor | None = None) -> torch.Tensor:
+        """Transform a uint8 batch (grayscale is repeated to 3 channels).
+
+        Args:
+            images: ``uint8 (B, 1|3, H, W)``.
+            sizes: Original ``(height, width)`` per image, ``int (B, 2)``, when the images were
+                stored squashed to ``H x W`` (prepared train sets): crop boxes are then drawn in
+                the original coordinates and mapped onto the stored pixels.
+        """
         if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] not in (1, 3):
             raise ValueError(f"expected uint8 (B, 1|3, H, W), got {images.dtype} {tuple(images.shape)}")
         x = images.float().div_(255.0)
-        x = self._train(x) if self.train_mode else self._eval(x)
+        if sizes is not None:
+            x = self._from_sizes(x, sizes.to(x.device).long())
+        else:
+            x = self._train(x) if self.train_mode else self._eval(x)
         x = x.expand(-1, 3, -1, -1)
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
@@ -74,18 +84,45 @@ class DeviceTransform(torch.nn.Module):
     def _train(self, x: torch.Tensor) -> torch.Tensor:
         b, _, h, w = x.shape
         top, left, ch, cw = sample_crops(b, h, w, self.crop_scale, self.crop_ratio, device=x.device)
+        return self._resample(x, top, left, ch, cw)
+
+    def _resample(self, x: torch.Tensor, top, left, ch, cw) -> torch.Tensor:
+        """Resize each image's box to ``img_size`` (antialiased bilinear), flipping in train mode."""
+        b, _, h, w = x.shape
         rows = resize_weights(h, top, ch, self.img_size)
         cols = resize_weights(w, left, cw, self.img_size)
-        if self.hflip:
+        if self.train_mode and self.hflip:
             flip = torch.rand(b, device=x.device) < 0.5
             cols = torch.where(flip[:, None, None], cols.flip(1), cols)
         return rows.unsqueeze(1) @ x @ cols.transpose(1, 2).unsqueeze(1)
 
+    def _from_sizes(self, x: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+        """Boxes in original coordinates (random crops, or the eval centre square) mapped onto ``x``."""
+        b, _, h, w = x.shape
+        height, width = sizes[:, 0], sizes[:, 1]
+        if self.train_mode:
+            top, left, ch, cw = sample_crops(b, height, width, self.crop_scale, self.crop_ratio, device=x.device)
+        else:  # Resize(img_size) + CenterCrop(img_size) keeps the centre square of the shorter side
+            side = torch.minimum(height, width)
+            top, left, ch, cw = (height - side) // 2, (width - side) // 2, side, side
+        top, ch = _to_stored(top, ch, height, h)
+        left, cw = _to_stored(left, cw, width, w)
+        return self._resample(x, top, left, ch, cw)
+
+
+def _to_stored(start: torch.Tensor, length: torch.Tensor, original: torch.Tensor, stored: int):
+    """Map an integer interval of an axis of ``original`` pixels onto ``stored`` pixels (rounded)."""
+    scale = stored / original.double()
+    first = torch.round(start * scale).long().clamp(0, stored - 1)
+    last = torch.round((start + length) * scale).long().clamp(1, stored)
+    length = (last - first).clamp_min(1)
+    return first.clamp_max(stored - length), length
+
 
 def sample_crops(
     batch: int,
-    height: int,
-    width: int,
+    height: int | torch.Tensor,
+    width: int | torch.Tensor,
     scale: tuple[float, float],
     ratio: tuple[float, float],
     *,
@@ -97,35 +134,45 @@ def sample_crops(
     a uniform position; images without a fitting candidate get the central crop, clamped to
     the ratio bounds. Uses the global torch RNG of ``device``.
 
+    Args:
+        batch: Number of images.
+        height: Image height, one int for all or an int tensor ``(batch,)``.
+        width: Image width, likewise.
+        scale: Range of the crop area as a fraction of the image area.
+        ratio: Range of the crop aspect ratio (width / height).
+        device: Where to sample.
+
     Returns:
         ``(top, left, crop_height, crop_width)``, int64 tensors of shape ``(batch,)``.
     """
-    area = height * width
+    height = torch.as_tensor(height, device=device).long().expand(batch)
+    width = torch.as_tensor(width, device=device).long().expand(batch)
+    area = (height * width).double()[:, None]
     target = area * torch.empty(batch, _ATTEMPTS, device=device).uniform_(scale[0], scale[1])
     log_r = torch.empty(batch, _ATTEMPTS, device=device).uniform_(math.log(ratio[0]), math.log(ratio[1]))
     aspect = torch.exp(log_r)
     cw = torch.round(torch.sqrt(target * aspect)).long()
     ch = torch.round(torch.sqrt(target / aspect)).long()
-    ok = (cw > 0) & (cw <= width) & (ch > 0) & (ch <= height)
+    ok = (cw > 0) & (cw <= width[:, None]) & (ch > 0) & (ch <= height[:, None])
     first = ok.int().argmax(dim=1, keepdim=True)
     found = ok.any(dim=1)
     fh, fw = _fallback_size(height, width, ratio)
     ch = torch.where(found, ch.gather(1, first).squeeze(1), fh)
     cw = torch.where(found, cw.gather(1, first).squeeze(1), fw)
     u = torch.rand(2, batch, device=device)
-    top = torch.where(found, (u[0] * (height - ch + 1)).long().clamp_max(height - ch), (height - fh) // 2)
-    left = torch.where(found, (u[1] * (width - cw + 1)).long().clamp_max(width - cw), (width - fw) // 2)
+    top = torch.where(found, torch.minimum((u[0] * (height - ch + 1)).long(), height - ch), (height - fh) // 2)
+    left = torch.where(found, torch.minimum((u[1] * (width - cw + 1)).long(), width - cw), (width - fw) // 2)
     return top, left, ch, cw
 
 
-def _fallback_size(height: int, width: int, ratio: tuple[float, float]) -> tuple[int, int]:
+def _fallback_size(height: torch.Tensor, width: torch.Tensor, ratio: tuple[float, float]):
     """torchvision's fallback: the whole image, clamped to the aspect ratio bounds."""
-    in_ratio = width / height
-    if in_ratio < min(ratio):
-        return int(round(width / min(ratio))), width
-    if in_ratio > max(ratio):
-        return height, int(round(height * max(ratio)))
-    return height, width
+    in_ratio = width.double() / height.double()
+    lo, hi = min(ratio), max(ratio)
+    narrow, wide = in_ratio < lo, in_ratio > hi
+    fh = torch.where(narrow, torch.round(width / lo).long(), height)
+    fw = torch.where(wide, torch.round(height * hi).long(), width)
+    return fh, fw
 
 
 def resize_weights(size: int, start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tensor:

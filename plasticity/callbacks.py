@@ -47,7 +47,8 @@ class PlasticityCallback(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit" or self.pairs is not None:
             return
-        ref = load_splits(self.reference, self.data_dir, severity=self.severity).test
+        ref = load_splits(self.reference, self.data_dir, severity=self.severity,
+                          img_size=pl_module.eval_transform.img_size).test
         down = trainer.datamodule.splits.val
         ri, di = pair_indices(len(ref), len(down), self.n_pairs, "sequential")
         as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a)).permute(0, 3, 1, 2)  # noqa: E731

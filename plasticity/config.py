@@ -38,6 +38,8 @@ def check(cfg: DictConfig, tasks: tuple[str, ...]) -> None:
         _require(task.select in ("val", "test"), f"task.select={task.select!r}; choices: val, test.")
     elif task.get("analysis", False):
         _check_analysis(cfg)
+    elif task.name in ("prepare", "inspect_data"):
+        _check_model_and_data(cfg, (cfg.dataset.name,))
     else:
         _check_training(cfg)
 
@@ -54,10 +56,28 @@ def _check_model_and_data(cfg: DictConfig, datasets: tuple[str, ...]) -> None:
             f"dataset={name!r} is not a dataset. Choices: {', '.join(sorted(DATASETS))}. "
             f"Fix: dataset=<one of them> (task.reference=<one of them> for the reference set).",
         )
+    _check_dataset_values(cfg.dataset)
     _require(
         isinstance(cfg.seed, int) and cfg.seed >= 0,
         f"seed={cfg.seed!r} must be a non-negative integer (the paper's seeds: 0, 42, 3407).",
     )
+
+
+def _check_dataset_values(data: DictConfig) -> None:
+    from plasticity.data import resolve_workers
+    from plasticity.sources import check_severity
+
+    try:
+        check_severity(data.severity)
+        resolve_workers(data.get("num_workers", 0))
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    n = data.get("num_classes")
+    _require(n is None or (isinstance(n, int) and n > 0),
+             f"dataset.num_classes={n!r} must be a positive integer or null (the dataset's own).")
+    limit = data.get("limit")
+    _require(limit is None or (isinstance(limit, int) and limit > 0),
+             f"dataset.limit={limit!r} must be a positive number of training images or null (all).")
 
 
 def _check_analysis(cfg: DictConfig) -> None:
@@ -80,6 +100,11 @@ def _check_training(cfg: DictConfig) -> None:
     except ValueError as err:
         raise ConfigError(str(err)) from err
     _check_model_and_data(cfg, (cfg.dataset.name,))
+    from plasticity.sources import source
+
+    _require(not source(cfg.dataset.name).reference_only,
+             f"dataset={cfg.dataset.name!r} is the plasticity reference (test split only): it cannot be "
+             f"trained on. Fix: another dataset; use it as task.reference={cfg.dataset.name} of task=plasticity.")
     lr = cfg.optimizer.lr
     _require(
         isinstance(lr, (int, float)) and lr > 0,

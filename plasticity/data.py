@@ -1,23 +1,25 @@
-"""Datasets as in-memory uint8 arrays, deterministic splits and a batch-level DataModule.
+"""Deterministic splits of every dataset and the DataModule that serves them.
 
-Every dataset is loaded into an :class:`ArraySet` (``uint8`` images ``(N, H, W, C)`` and
-``int64`` labels); augmentation runs later on the accelerator on whole batches
-(:mod:`plasticity.augment`). Splits never depend on the run seed.
+A dataset's on-disk format is read by its :class:`plasticity.sources.Source`; this module turns
+the official parts into train/val/test with the paper's protocol (App. C.2), independent of the
+run seed:
 
-Supported datasets (:data:`DATASETS`):
+* sets with an official test split (CIFAR, Fashion-MNIST, Flowers102, Pets): the test split is
+  kept; validation is 20 % of the training part (``split_indices(n, 0.8, 42)``);
+* sets without one (Cifar10-C, DomainNet, Fashion-MNIST-C): ``RandomState(42).permutation``,
+  first 80 % train+val, the rest test; then validation is 20 % of that train part;
+* the plasticity reference (ImageNet val): everything is ``test``, in class-folder order.
 
-* ``fashion_mnist``: torchvision's FashionMNIST, official train/test split; validation is
-  20 % of train (``split_indices(60000, 0.8, 42)``).
-* ``fashion_mnist_c/<corruption>``: the 10,000 Fashion-MNIST test images corrupted like
-  CIFAR-10-C, stored as ``<data_dir>/FashionMNIST-C/<corruption>.npy`` (5 severities x
-  10,000 rows) and ``labels.npy``; generated from the clean test set on first use. One
-  severity is split 80/20 into train/test, then the train part 80/20 into train/val.
+Small-image sets live in memory. JPEG sets are served from the arrays written once by
+``task=prepare`` (memory-mapped; see :mod:`plasticity.prepare`) when they exist, else read
+through the JPEG path (:mod:`plasticity.images`) with a warning.
 """
 
 from __future__ import annotations
 
 import hashlib
-import zlib
+import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,58 +28,40 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
 
-from plasticity.corruptions import CORRUPTIONS, corrupt
-from plasticity.results import atomic_path
+from plasticity.images import EvalImages, FileDataset, eval_transform, train_transform
+from plasticity.sources import (
+    SOURCES,
+    ArraySet,
+    DataError,
+    FileSet,
+    ImageFolder,
+    check_severity,
+    generate_fashion_mnist_c,
+    read_c_layout,
+    source,
+)
 
 __all__ = [
     "DATASETS",
-    "ArrayDataModule",
     "ArraySet",
     "DataError",
+    "DataModule",
+    "EpochBatchSampler",
+    "FileSet",
     "Splits",
     "check_data",
     "ensure_data",
     "generate_fashion_mnist_c",
     "load_splits",
+    "official_splits",
     "read_c_layout",
     "split_indices",
 ]
 
-NUM_SEVERITIES = 5
-FMNIST_C_DIR = "FashionMNIST-C"
-_FMNIST_CLASSES = 10
-_FMNIST_C_PREFIX = "fashion_mnist_c/"
-_FMNIST_RAW = {
-    "train-images-idx3-ubyte": 2051,
-    "train-labels-idx1-ubyte": 2049,
-    "t10k-images-idx3-ubyte": 2051,
-    "t10k-labels-idx1-ubyte": 2049,
-}
+log = logging.getLogger(__name__)
 
-DATASETS: dict[str, int] = {
-    "fashion_mnist": _FMNIST_CLASSES,
-    **{f"{_FMNIST_C_PREFIX}{c}": _FMNIST_CLASSES for c in CORRUPTIONS},
-}
-
-
-class DataError(FileNotFoundError):
-    """Data missing or corrupt; the message names the dataset, the path and how to get it."""
-
-
-@dataclass(frozen=True)
-class ArraySet:
-    """Images and labels of one split.
-
-    Attributes:
-        images: ``uint8`` array ``(N, H, W, C)`` with ``C`` in ``{1, 3}``.
-        labels: ``int64`` array ``(N,)``.
-    """
-
-    images: np.ndarray
-    labels: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.labels)
+DATASETS: dict[str, int] = {name: src.num_classes for name, src in SOURCES.items()}
+"""Every dataset name and its number of classes."""
 
 
 @dataclass(frozen=True)
@@ -85,19 +69,25 @@ class Splits:
     """Train/val/test sets of one dataset.
 
     Attributes:
-        train: Training set (possibly capped by ``limit``).
-        val: Validation set.
-        test: Test set.
+        train: Training set: an :class:`ArraySet` (in memory, or prepared and memory-mapped with
+            original sizes) or a :class:`FileSet` (JPEG path).
+        val: Validation set (an :class:`ArraySet` whose images may decode lazily).
+        test: Test set (likewise).
         num_classes: Number of classes.
         split_hash: 12 hex characters hashing the dataset name, severity and every split's
-            indices and labels; equal hashes mean two runs saw the same examples.
+            indices and labels (and file names); equal hashes mean two runs saw the same examples.
+        prepared: Whether the images come from ``task=prepare`` arrays.
     """
 
-    train: ArraySet
-    val: ArraySet
-    test: ArraySet
+    train: ArraySet | FileSet
+    val: ArraySet | FileSet
+    test: ArraySet | FileSet
     num_classes: int
     split_hash: str
+    prepared: bool = False
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": len(self.train), "val": len(self.val), "test": len(self.test)}
 
 
 # ----------------------------------------------------------------------------- splits
@@ -122,326 +112,190 @@ def split_indices(n: int, fraction: float = 0.8, seed: int = 42) -> tuple[np.nda
     return perm[:k], perm[k:]
 
 
-def _split_hash(name: str, severity: int | None, parts: list[tuple[np.ndarray, np.ndarray]]) -> str:
-    """Hash the dataset identity and each split's (indices, labels)."""
+def _split_hash(name: str, severity: int | None, parts: list[ArraySet | FileSet]) -> str:
+    """Hash the dataset identity and each split's (indices, labels[, file names])."""
     h = hashlib.sha256(f"{name}|{severity}".encode())
-    for idx, labels in parts:
+    for part, idx in parts:
         h.update(np.ascontiguousarray(idx, dtype="<i8").tobytes())
         h.update(b"|")
-        h.update(np.ascontiguousarray(labels, dtype="<i8").tobytes())
+        h.update(np.ascontiguousarray(part.labels, dtype="<i8").tobytes())
+        if isinstance(part, FileSet):
+            h.update("\n".join(part.files).encode())
         h.update(b"#")
     return h.hexdigest()[:12]
 
 
-def _subset(images: np.ndarray, labels: np.ndarray, idx: np.ndarray) -> ArraySet:
-    return ArraySet(images=np.ascontiguousarray(images[idx]), labels=labels[idx].astype(np.int64))
+def _expected_classes(name: str, num_classes: int | None) -> int:
+    if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 1):
+        raise ValueError(f"dataset.num_classes={num_classes!r} must be a positive integer or null (the dataset's own).")
+    return num_classes or source(name).num_classes
 
 
-# ----------------------------------------------------------------------------- names
+def _check_classes(name: str, data_dir: Path, labels: np.ndarray, expected: int) -> None:
+    src = source(name)
+    if isinstance(src, ImageFolder):
+        found = len(src.classes(data_dir))
+        if found != expected:
+            raise DataError(
+                f"{name}: found {found} class folders in {src.path(data_dir)}, expected {expected} "
+                f"(an incomplete extraction?). Fix: fetch the whole dataset ({src.fetch}), or set "
+                f"dataset.num_classes={found} to use these classes only."
+            )
+    elif len(labels) and (labels.min() < 0 or labels.max() >= expected):
+        raise DataError(f"{name}: labels span {labels.min()}..{labels.max()}, outside 0..{expected - 1} "
+                        f"(dataset.num_classes={expected}); the files in {src.path(data_dir)} are corrupt.")
 
 
-def _parse_name(name: str) -> str | None:
-    """Validate a dataset name; return the corruption for ``fashion_mnist_c/*``, else None."""
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose one of: {', '.join(DATASETS)}")
-    return name[len(_FMNIST_C_PREFIX) :] if name.startswith(_FMNIST_C_PREFIX) else None
+def official_splits(name: str, data_dir: str | Path, *, severity: int = 5, num_classes: int | None = None) -> Splits:
+    """Apply the split protocol (module docstring) to a dataset's official parts.
 
-
-def _check_severity(severity: int) -> None:
-    if not isinstance(severity, (int, np.integer)) or not 1 <= severity <= NUM_SEVERITIES:
-        raise ValueError(f"severity must be an integer in 1..{NUM_SEVERITIES}, got {severity!r}")
-
-
-# ----------------------------------------------------------------------------- Fashion-MNIST
-
-
-def _fmnist_raw_dir(data_dir: Path) -> Path:
-    return data_dir.resolve() / "FashionMNIST" / "raw"
-
-
-def _fmnist_missing_message(name: str, data_dir: Path, problem: str) -> str:
-    raw = _fmnist_raw_dir(data_dir)
-    return (
-        f"{name}: {problem}. Expected the Fashion-MNIST idx files in {raw} "
-        f"({', '.join(_FMNIST_RAW)}). Get them with `make data` (installs the Debian package "
-        "dataset-fashion-mnist and unpacks /usr/share/datasets/fashion-mnist), or pass "
-        "dataset.download=true to let torchvision download them."
-    )
-
-
-def _idx_problem(path: Path, magic: int) -> str | None:
-    """Cheaply validate an idx file header against its size; return a problem or None."""
-    if not path.is_file():
-        return f"missing {path.name}"
-    ndim = magic & 0xFF
-    with open(path, "rb") as f:
-        header = f.read(4 + 4 * ndim)
-    if len(header) < 4 + 4 * ndim or int.from_bytes(header[:4], "big") != magic:
-        return f"{path} is not an idx file with magic number {magic}"
-    dims = [int.from_bytes(header[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
-    expected = 4 + 4 * ndim + int(np.prod(dims))
-    if path.stat().st_size != expected:
-        return f"{path} is truncated or corrupt ({path.stat().st_size} bytes, header implies {expected})"
-    return None
-
-
-def _check_fmnist(name: str, data_dir: Path, download: bool) -> None:
-    """Raise DataError unless the four raw idx files are present and consistent."""
-    raw = _fmnist_raw_dir(data_dir)
-    problems = [p for f, m in _FMNIST_RAW.items() if (p := _idx_problem(raw / f, m))]
-    missing_only = all(p.startswith("missing") for p in problems)
-    if problems and not (download and missing_only):
-        if missing_only and len(problems) == len(_FMNIST_RAW):
-            problems = ["data not found"]
-        raise DataError(_fmnist_missing_message(name, data_dir, "; ".join(problems)))
-
-
-def _load_fmnist(name: str, data_dir: Path, train: bool, download: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Read one official Fashion-MNIST split via torchvision as ``(N, 28, 28, 1)`` uint8 + int64."""
-    from torchvision.datasets import FashionMNIST
-
-    _check_fmnist(name, data_dir, download)
-    try:
-        ds = FashionMNIST(root=str(data_dir), train=train, download=download)
-    except Exception as err:  # torchvision raises RuntimeError/AssertionError/URLError...
-        raise DataError(_fmnist_missing_message(name, data_dir, f"reading failed ({err})")) from err
-    images = ds.data.numpy()[..., None]
-    labels = ds.targets.numpy().astype(np.int64)
-    return np.ascontiguousarray(images), labels
-
-
-def _fashion_mnist_splits(data_dir: Path, download: bool, limit: int | None) -> Splits:
-    name = "fashion_mnist"
-    tr_images, tr_labels = _load_fmnist(name, data_dir, True, download)
-    te_images, te_labels = _load_fmnist(name, data_dir, False, download)
-    train_idx, val_idx = split_indices(len(tr_labels), 0.8, 42)
-    train_idx = _apply_limit(train_idx, limit)
-    test_idx = np.arange(len(te_labels), dtype=np.int64)
-    parts = [(train_idx, tr_labels[train_idx]), (val_idx, tr_labels[val_idx]), (test_idx, te_labels)]
-    return Splits(
-        train=_subset(tr_images, tr_labels, train_idx),
-        val=_subset(tr_images, tr_labels, val_idx),
-        test=ArraySet(images=te_images, labels=te_labels),
-        num_classes=DATASETS[name],
-        split_hash=_split_hash(name, None, parts),
-    )
-
-
-def _apply_limit(train_idx: np.ndarray, limit: int | None) -> np.ndarray:
-    if limit is None:
-        return train_idx
-    if limit <= 0:
-        raise ValueError(f"limit must be a positive number of train images or None, got {limit}")
-    return train_idx[:limit]
-
-
-# ----------------------------------------------------------------------------- CIFAR-10-C layout
-
-
-def _open_npy(path: Path, dataset: str) -> np.ndarray:
-    """Memory-map a ``.npy`` file; raise DataError naming it if it cannot be read."""
-    try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except FileNotFoundError as err:
-        raise DataError(f"{dataset}: missing {path}") from err
-    except Exception as err:  # ValueError (truncated), OSError, EOFError, ...
-        raise DataError(f"{dataset}: {path} is truncated or corrupt ({err}); delete it and retry") from err
-
-
-def _c_layout_arrays(directory: Path, name: str, dataset: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """Open and shape-check ``<directory>/<name>.npy`` and ``labels.npy`` (memory-mapped)."""
-    img_path, lbl_path = directory / f"{name}.npy", directory / "labels.npy"
-    images, labels = _open_npy(img_path, dataset), _open_npy(lbl_path, dataset)
-    if images.ndim != 4 or images.dtype != np.uint8 or images.shape[-1] not in (1, 3):
-        raise DataError(f"{dataset}: {img_path} should be uint8 (N, H, W, 1|3), got {images.dtype} {images.shape}")
-    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
-        raise DataError(f"{dataset}: {lbl_path} should be 1-d integer labels, got {labels.dtype} {labels.shape}")
-    rows = len(images)
-    if rows == 0 or rows % NUM_SEVERITIES or len(labels) != rows:
-        raise DataError(
-            f"{dataset}: {img_path} has {rows} rows and {lbl_path} {len(labels)}; expected equal counts, "
-            f"a multiple of {NUM_SEVERITIES} severities (file truncated or corrupt? delete it and retry)"
-        )
-    return images, labels, rows // NUM_SEVERITIES
-
-
-def read_c_layout(directory: str | Path, name: str, severity: int, *, dataset: str | None = None) -> ArraySet:
-    """Read one severity of a corruption stored in the CIFAR-10-C layout.
-
-    The layout is ``<directory>/<name>.npy`` (uint8 ``(5 * n, H, W, C)``, severity ``s`` in rows
-    ``(s - 1) * n : s * n``) and ``<directory>/labels.npy`` (``5 * n`` integer labels).
+    JPEG datasets come back as :class:`FileSet` splits (nothing is decoded).
 
     Args:
-        directory: Folder holding the ``.npy`` files (e.g. ``data/CIFAR-10-C``).
-        name: Corruption name (file stem).
-        severity: Integer in ``1..5``.
-        dataset: Dataset name used in error messages (defaults to ``name``).
-
-    Returns:
-        The ``n`` images (``uint8 (n, H, W, C)``) and labels (``int64``) of that severity.
+        name: A key of :data:`DATASETS`.
+        data_dir: Root data folder.
+        severity: Corruption severity ``1..5`` (``*_c`` sets).
+        num_classes: Expected number of classes (None: the dataset's own).
 
     Raises:
-        DataError: A file is missing, truncated or has inconsistent shapes.
-        ValueError: ``severity`` is not in ``1..5``.
+        ValueError: Unknown name, bad severity or bad ``num_classes``.
+        DataError: Data missing or corrupt, or class count different from ``num_classes``.
     """
-    _check_severity(severity)
-    images, labels, n = _c_layout_arrays(Path(directory), name, dataset or name)
-    rows = slice((severity - 1) * n, severity * n)
-    return ArraySet(images=np.array(images[rows]), labels=np.array(labels[rows], dtype=np.int64))
+    src = source(name)
+    check_severity(severity)
+    expected = _expected_classes(name, num_classes)
+    parts = src.read(data_dir, severity)
+    if "all" in parts:
+        whole = parts["all"]
+        trainval_idx, test_idx = split_indices(len(whole), 0.8, 42)
+        tr, va = split_indices(len(trainval_idx), 0.8, 42)
+        base, train_idx, val_idx = whole, trainval_idx[tr], trainval_idx[va]
+        test, test_src = whole.subset(test_idx), test_idx
+    elif "train" in parts:
+        base = parts["train"]
+        train_idx, val_idx = split_indices(len(base), 0.8, 42)
+        test = parts["test"]
+        test_src = np.arange(len(test), dtype=np.int64)
+    else:  # the reference: test only, in order
+        test = parts["test"]
+        base, train_idx, val_idx = test, np.zeros(0, np.int64), np.zeros(0, np.int64)
+        test_src = np.arange(len(test), dtype=np.int64)
+    train, val = base.subset(train_idx), base.subset(val_idx)
+    all_labels = np.concatenate([train.labels, val.labels, test.labels])
+    _check_classes(name, Path(data_dir), all_labels, expected)
+    corrupted = name.startswith(("cifar10_c/", "fashion_mnist_c/"))
+    digest = _split_hash(name, severity if corrupted else None,
+                         [(train, train_idx), (val, val_idx), (test, test_src)])
+    return Splits(train, val, test, expected, digest)
 
 
-def _atomic_save(path: Path, array: np.ndarray) -> None:
-    """Write ``array`` to ``path`` atomically (see :func:`plasticity.results.atomic_path`)."""
-    with atomic_path(path) as tmp:
-        np.save(tmp, array, allow_pickle=False)
-
-
-def _generation_seed(corruption: str, severity: int) -> int:
-    return zlib.crc32(f"fashion_mnist_c/{corruption}/{severity}".encode())
-
-
-def generate_fashion_mnist_c(data_dir: str | Path, corruption: str, *, download: bool = False) -> Path:
-    """Create ``<data_dir>/FashionMNIST-C/<corruption>.npy`` (+ ``labels.npy``) from the clean test set.
-
-    Deterministic (seeded by corruption name and severity); files are written atomically, so
-    concurrent runs produce identical files. Existing, readable files are kept.
-
-    Args:
-        data_dir: Root data folder (holds ``FashionMNIST/raw``).
-        corruption: One of :data:`plasticity.corruptions.CORRUPTIONS`.
-        download: Let torchvision download the clean set if missing.
-
-    Returns:
-        The ``FashionMNIST-C`` folder.
-    """
-    dataset = f"{_FMNIST_C_PREFIX}{corruption}"
-    _parse_name(dataset)
-    data_dir = Path(data_dir)
-    out_dir = data_dir.resolve() / FMNIST_C_DIR
-    images, labels = _load_fmnist(dataset, data_dir, False, download)
-    all_labels = np.tile(labels, NUM_SEVERITIES)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    lbl_path = out_dir / "labels.npy"
-    if not lbl_path.is_file():
-        _atomic_save(lbl_path, all_labels)
-    elif not np.array_equal(_open_npy(lbl_path, dataset), all_labels):
-        raise DataError(f"{dataset}: {lbl_path} does not match the clean test labels; delete {out_dir} and retry")
-    stack = [corrupt(images, corruption, s, _generation_seed(corruption, s)) for s in range(1, NUM_SEVERITIES + 1)]
-    _atomic_save(out_dir / f"{corruption}.npy", np.concatenate(stack))
-    return out_dir
-
-
-def _c_files_ok(data_dir: Path, corruption: str, dataset: str) -> bool:
-    """True if the corruption files exist and pass the shape checks; False if any is missing."""
-    directory = data_dir.resolve() / FMNIST_C_DIR
-    if not ((directory / f"{corruption}.npy").is_file() and (directory / "labels.npy").is_file()):
-        return False
-    _c_layout_arrays(directory, corruption, dataset)
-    return True
-
-
-def _fashion_mnist_c_splits(data_dir: Path, corruption: str, severity: int, limit: int | None) -> Splits:
-    dataset = f"{_FMNIST_C_PREFIX}{corruption}"
-    data = read_c_layout(data_dir.resolve() / FMNIST_C_DIR, corruption, severity, dataset=dataset)
-    trainval_idx, test_idx = split_indices(len(data), 0.8, 42)
-    tr, va = split_indices(len(trainval_idx), 0.8, 42)
-    train_idx, val_idx = _apply_limit(trainval_idx[tr], limit), trainval_idx[va]
-    parts = [(i, data.labels[i]) for i in (train_idx, val_idx, test_idx)]
-    train, val, test = (_subset(data.images, data.labels, i) for i in (train_idx, val_idx, test_idx))
-    return Splits(train, val, test, DATASETS[dataset], _split_hash(dataset, severity, parts))
+def _apply_limit(train: ArraySet | FileSet, limit: int | None) -> ArraySet | FileSet:
+    if limit is None:
+        return train
+    if not isinstance(limit, int) or limit <= 0:
+        raise ValueError(f"dataset.limit={limit!r} must be a positive number of train images or null (all).")
+    if isinstance(train, ArraySet):
+        sizes = None if train.sizes is None else train.sizes[:limit]
+        return ArraySet(train.images[:limit], train.labels[:limit], sizes)
+    return train.subset(np.arange(min(limit, len(train))))
 
 
 # ----------------------------------------------------------------------------- public entry points
 
 
 def check_data(name: str, data_dir: str | Path, *, severity: int = 5, download: bool = False) -> None:
-    """Check that a dataset is present (or obtainable) without loading it.
-
-    Args:
-        name: A key of :data:`DATASETS`.
-        data_dir: Root data folder.
-        severity: Corruption severity (``1..5``), validated for every dataset.
-        download: Whether missing files may be downloaded (then missing files are fine).
+    """Check that a dataset is present (or downloadable) without loading it.
 
     Raises:
         ValueError: Unknown name or bad severity.
         DataError: Files missing (and not downloadable) or corrupt.
     """
-    corruption = _parse_name(name)
-    _check_severity(severity)
-    data_dir = Path(data_dir)
-    if corruption is None:
-        _check_fmnist(name, data_dir, download)
-    elif not _c_files_ok(data_dir, corruption, name):
-        try:
-            _check_fmnist(name, data_dir, download)
-        except DataError as err:
-            target = data_dir.resolve() / FMNIST_C_DIR / f"{corruption}.npy"
-            raise DataError(f"{err} ({target} and labels.npy are generated from that test set on first use.)") from None
+    src = source(name)
+    check_severity(severity)
+    src.check(data_dir, download=download)
 
 
 def ensure_data(name: str, data_dir: str | Path, *, download: bool = False) -> None:
-    """Download (if allowed) and generate whatever ``name`` needs on disk; cheap if present.
+    """Download (if allowed) or generate whatever ``name`` needs on disk; cheap if present.
 
     Meant for ``LightningDataModule.prepare_data`` (one process per node).
     """
-    corruption = _parse_name(name)
-    data_dir = Path(data_dir)
-    if corruption is None:
-        if download:
-            _load_fmnist(name, data_dir, False, True)
-            _load_fmnist(name, data_dir, True, True)
-        else:
-            _check_fmnist(name, data_dir, False)
-    elif not _c_files_ok(data_dir, corruption, name):
-        generate_fashion_mnist_c(data_dir, corruption, download=download)
+    source(name).ensure(data_dir, download=download)
 
 
 def load_splits(
-    name: str, data_dir: str | Path, *, severity: int = 5, download: bool = False, limit: int | None = None
+    name: str,
+    data_dir: str | Path,
+    *,
+    severity: int = 5,
+    download: bool = False,
+    limit: int | None = None,
+    img_size: int = 224,
+    num_classes: int | None = None,
+    prepared_dir: str | Path | None = None,
 ) -> Splits:
-    """Load a dataset's train/val/test splits into memory.
+    """Load a dataset's train/val/test splits.
+
+    Small-image sets are read into memory. JPEG sets come from the ``task=prepare`` arrays in
+    ``prepared_dir`` when they exist for ``img_size`` (memory-mapped); otherwise ``train`` is a
+    :class:`FileSet` (the JPEG path) and ``val``/``test`` decode lazily through the eval transform.
 
     Args:
         name: A key of :data:`DATASETS`.
         data_dir: Root data folder.
-        severity: Corruption severity ``1..5`` (used by ``fashion_mnist_c/*``).
-        download: Let torchvision download missing Fashion-MNIST files.
+        severity: Corruption severity ``1..5`` (used by ``*_c`` sets).
+        download: Let torchvision download missing files where it can.
         limit: Keep only the first ``limit`` training images (after splitting); val/test unchanged.
-
-    Returns:
-        The :class:`Splits`.
+        img_size: The model's input side (JPEG sets are decoded for it).
+        num_classes: Expected number of classes (None: the dataset's own).
+        prepared_dir: Where ``task=prepare`` writes (default ``<data_dir>/prepared``).
 
     Raises:
         ValueError: Unknown name, bad severity or bad limit.
-        DataError: Data missing or corrupt.
+        DataError: Data missing or corrupt, or prepared arrays stale.
     """
+    from plasticity.prepare import open_prepared
+
     check_data(name, data_dir, severity=severity, download=download)
-    corruption = _parse_name(name)
-    data_dir = Path(data_dir)
     ensure_data(name, data_dir, download=download)
-    if corruption is None:
-        return _fashion_mnist_splits(data_dir, download, limit)
-    return _fashion_mnist_c_splits(data_dir, corruption, severity, limit)
+    splits = official_splits(name, data_dir, severity=severity, num_classes=num_classes)
+    if source(name).kind == "files":
+        prepared = open_prepared(name, prepared_dir or Path(data_dir) / "prepared", img_size, splits.split_hash)
+        if prepared is not None:
+            splits = Splits(prepared["train"], prepared["val"], prepared["test"], splits.num_classes,
+                            splits.split_hash, prepared=True)
+        else:
+            lazy = lambda s: ArraySet(EvalImages(s, img_size), s.labels)  # noqa: E731
+            splits = Splits(splits.train, lazy(splits.val), lazy(splits.test), splits.num_classes, splits.split_hash)
+    train = _apply_limit(splits.train, limit)
+    digest = splits.split_hash
+    if len(train) < len(splits.train):  # the run sees fewer examples: its hash says so
+        digest = hashlib.sha256(f"{digest}|limit={len(train)}".encode()).hexdigest()[:12]
+    return Splits(train, splits.val, splits.test, splits.num_classes, digest, splits.prepared)
 
 
 # ----------------------------------------------------------------------------- DataModule
 
 
 class _BatchDataset(Dataset):
-    """Returns a whole batch per index array: ``(uint8 (B, C, H, W), int64 (B,))``."""
+    """Returns a whole batch per index array: ``(uint8 (B, C, H, W), int64 (B,)[, int64 (B, 2)])``.
+
+    The third element, the images' original sizes, is present for prepared (squashed) train sets.
+    """
 
     def __init__(self, arrays: ArraySet) -> None:
-        self.images = arrays.images
-        self.labels = arrays.labels
+        self.images, self.labels, self.sizes = arrays.images, arrays.labels, arrays.sizes
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def __getitem__(self, indices: list[int] | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    def __getitem__(self, indices: list[int] | np.ndarray) -> tuple[torch.Tensor, ...]:
         idx = np.asarray(indices, dtype=np.int64)
-        images = torch.from_numpy(self.images[idx]).permute(0, 3, 1, 2).contiguous()
-        return images, torch.from_numpy(self.labels[idx])
+        order = np.argsort(idx, kind="stable")  # sorted reads are sequential in a memory map
+        images = np.empty((len(idx), *self.images.shape[1:]), dtype=np.uint8)
+        images[order] = self.images[idx[order]]
+        batch = (torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(np.asarray(self.labels[idx])))
+        return batch if self.sizes is None else (*batch, torch.from_numpy(np.asarray(self.sizes[idx])))
 
 
 class EpochBatchSampler(Sampler):
@@ -466,19 +320,38 @@ class EpochBatchSampler(Sampler):
         return self.n // self.batch_size
 
 
-class ArrayDataModule(L.LightningDataModule):
-    """Serves an in-memory :class:`Splits` as uint8 batches built by fancy indexing.
+def resolve_workers(num_workers: int | str) -> int:
+    """``auto``: 0 without CUDA (two busy processes on a small CPU slow torch down), else up to 8."""
+    if num_workers == "auto":
+        return min(8, max(1, (os.cpu_count() or 2) - 1)) if torch.cuda.is_available() else 0
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"dataset.num_workers={num_workers!r} must be a non-negative integer or 'auto'.")
+    return num_workers
+
+
+class DataModule(L.LightningDataModule):
+    """Serves a dataset's splits as uint8 batches; the augmentation runs on the device.
+
+    Array and prepared sets are served as whole batches built by fancy indexing. Unprepared
+    JPEG sets use the torchvision JPEG path in worker processes (train crops and flips there;
+    the device transform then only normalises, see :attr:`cpu_augment`).
 
     Args:
         name: A key of :data:`DATASETS`.
         data_dir: Root data folder.
         micro_batch_size: Training batch size (``drop_last=True``).
         eval_batch_size: Validation/test batch size (default ``micro_batch_size``).
-        severity: Corruption severity for ``fashion_mnist_c/*``.
+        severity: Corruption severity for ``*_c`` sets.
         download: Let torchvision download missing files.
         limit: Cap on the number of training images.
-        num_workers: DataLoader worker processes.
+        num_workers: DataLoader worker processes, or ``auto``.
         seed: Seed of the training order (a ``torch.Generator``), independent of the splits.
+        img_size: The model's input side.
+        num_classes: Expected number of classes (None: the dataset's own).
+        prepared_dir: Where ``task=prepare`` wrote (default ``<data_dir>/prepared``).
+        augment: Train with RandomResizedCrop + flip (else the eval transform) on the JPEG path.
+        crop_scale: RandomResizedCrop scale range on the JPEG path.
+        hflip: Horizontal flips on the JPEG path.
     """
 
     def __init__(
@@ -491,66 +364,94 @@ class ArrayDataModule(L.LightningDataModule):
         severity: int = 5,
         download: bool = False,
         limit: int | None = None,
-        num_workers: int = 0,
+        num_workers: int | str = 0,
         seed: int = 0,
+        img_size: int = 224,
+        num_classes: int | None = None,
+        prepared_dir: str | None = None,
+        augment: bool = True,
+        crop_scale: tuple[float, float] = (0.08, 1.0),
+        hflip: bool = True,
     ) -> None:
         super().__init__()
-        _parse_name(name)
-        _check_severity(severity)
+        source(name)
+        check_severity(severity)
         if micro_batch_size <= 0 or (eval_batch_size is not None and eval_batch_size <= 0):
             raise ValueError("batch sizes must be positive")
         self.name, self.data_dir = name, str(data_dir)
         self.micro_batch_size = micro_batch_size
         self.eval_batch_size = eval_batch_size or micro_batch_size
         self.severity, self.download, self.limit = severity, download, limit
-        self.num_workers, self.seed = num_workers, seed
+        self.num_workers, self.seed = resolve_workers(num_workers), seed
+        self.img_size, self.expected_classes = int(img_size), _expected_classes(name, num_classes)
+        self.prepared_dir, self.augment = prepared_dir, augment
+        self.crop_scale, self.hflip = tuple(crop_scale), hflip
         self.splits: Splits | None = None
 
     def check(self) -> None:
-        """Raise :class:`DataError` if the data is missing or corrupt (does not load it)."""
+        """Raise before any compute if the data is missing or corrupt or cannot be trained on."""
         check_data(self.name, self.data_dir, severity=self.severity, download=self.download)
+        if source(self.name).reference_only:
+            raise DataError(
+                f"{self.name} is the plasticity reference (its test split only) and has no training split. "
+                f"Fix: finetune on another dataset; use it as task.reference=... of task=plasticity."
+            )
 
     @property
     def num_classes(self) -> int:
-        return DATASETS[self.name]
+        return self.expected_classes
 
     @property
     def split_hash(self) -> str:
         return self._splits().split_hash
 
+    @property
+    def cpu_augment(self) -> bool:
+        """True when train batches arrive already cropped and flipped (the JPEG path)."""
+        return isinstance(self._splits().train, FileSet)
+
     def prepare_data(self) -> None:
         ensure_data(self.name, self.data_dir, download=self.download)
 
     def setup(self, stage: str | None = None) -> None:
-        if self.splits is None:
-            self.splits = load_splits(
-                self.name, self.data_dir, severity=self.severity, download=self.download, limit=self.limit
+        if self.splits is not None:
+            return
+        self.splits = load_splits(
+            self.name, self.data_dir, severity=self.severity, download=self.download, limit=self.limit,
+            img_size=self.img_size, num_classes=self.expected_classes, prepared_dir=self.prepared_dir,
+        )
+        if len(self.splits.train) < self.micro_batch_size:
+            raise ValueError(
+                f"{self.name}: {len(self.splits.train)} training images < micro_batch_size "
+                f"{self.micro_batch_size}; with drop_last there would be no training batch"
             )
-            if len(self.splits.train) < self.micro_batch_size:
-                raise ValueError(
-                    f"{self.name}: {len(self.splits.train)} training images < micro_batch_size "
-                    f"{self.micro_batch_size}; with drop_last there would be no training batch"
-                )
+        if source(self.name).kind == "files" and not self.splits.prepared:
+            log.warning("%s: reading JPEG files (no prepared arrays for img_size %d). Run `python launch.py "
+                        "task=prepare dataset=%s` once to decode them ahead of training.", self.name,
+                        self.img_size, self.name)
 
     def _splits(self) -> Splits:
         self.setup()
         assert self.splits is not None
         return self.splits
 
-    def _loader(self, arrays: ArraySet, sampler: Sampler) -> DataLoader:
-        accelerated = self.num_workers > 0 and torch.cuda.is_available()
+    def _loader(self, dataset: Dataset, **kwargs) -> DataLoader:
         return DataLoader(
-            _BatchDataset(arrays),
-            batch_size=None,
-            sampler=sampler,
+            dataset,
             num_workers=self.num_workers,
-            pin_memory=accelerated,
-            persistent_workers=accelerated,
+            pin_memory=torch.cuda.is_available(),
+            persistent_workers=self.num_workers > 0,
+            **kwargs,
         )
 
     def train_dataloader(self) -> DataLoader:
         train = self._splits().train
-        return self._loader(train, EpochBatchSampler(len(train), self.micro_batch_size, self.seed))
+        sampler = EpochBatchSampler(len(train), self.micro_batch_size, self.seed)
+        if isinstance(train, FileSet):
+            transform = (train_transform(self.img_size, self.crop_scale, hflip=self.hflip) if self.augment
+                         else eval_transform(self.img_size))
+            return self._loader(FileDataset(train, transform), batch_sampler=sampler)
+        return self._loader(_BatchDataset(train), batch_size=None, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader(self._splits().val)
@@ -559,4 +460,5 @@ class ArrayDataModule(L.LightningDataModule):
         return self._eval_loader(self._splits().test)
 
     def _eval_loader(self, arrays: ArraySet) -> DataLoader:
-        return self._loader(arrays, BatchSampler(SequentialSampler(range(len(arrays))), self.eval_batch_size, False))
+        batches = BatchSampler(SequentialSampler(range(len(arrays))), self.eval_batch_size, False)
+        return self._loader(_BatchDataset(arrays), batch_size=None, sampler=batches)

@@ -22,8 +22,8 @@ from omegaconf import DictConfig
 
 from plasticity.augment import DeviceTransform
 from plasticity.components import Selection, freeze, select
-from plasticity.data import ArrayDataModule
-from plasticity.models import create_model, image_size
+from plasticity.data import DataModule
+from plasticity.models import create_model, image_size, input_size
 from plasticity.module import FinetuneModule
 
 log = logging.getLogger(__name__)
@@ -56,10 +56,10 @@ class Finetune:
     def accumulation(self) -> int:
         return self.cfg.task.batch_size // self.cfg.task.micro_batch_size
 
-    def setup_data(self) -> ArrayDataModule:
-        """The datamodule; raises before any compute when the data is missing."""
+    def setup_data(self, img_size: int) -> DataModule:
+        """The datamodule for the model's input side; raises before any compute when the data is missing."""
         cfg, data = self.cfg, self.cfg.dataset
-        datamodule = ArrayDataModule(
+        datamodule = DataModule(
             data.name,
             cfg.paths.data_dir,
             micro_batch_size=cfg.task.micro_batch_size,
@@ -69,6 +69,12 @@ class Finetune:
             limit=data.limit,
             num_workers=data.num_workers,
             seed=cfg.seed,
+            img_size=img_size,
+            num_classes=data.get("num_classes"),
+            prepared_dir=cfg.paths.get("prepared_dir"),
+            augment=data.get("augment", True),
+            crop_scale=tuple(data.crop_scale),
+            hflip=data.hflip,
         )
         datamodule.check()
         return datamodule
@@ -91,9 +97,11 @@ class Finetune:
         freeze(net, selection)
         return selection
 
-    def setup_module(self, net: torch.nn.Module, selection: Selection, num_classes: int) -> FinetuneModule:
+    def setup_module(self, net: torch.nn.Module, selection: Selection, datamodule: DataModule) -> FinetuneModule:
+        """The LightningModule; train batches of the JPEG path arrive cropped, so only normalised."""
         data, task = self.cfg.dataset, self.cfg.task
         img_size = image_size(net)
+        augment_on_device = data.get("augment", True) and not datamodule.cpu_augment
 
         def transform(train: bool) -> DeviceTransform:
             return DeviceTransform(
@@ -103,11 +111,11 @@ class Finetune:
         return FinetuneModule(
             net,
             selection,
-            num_classes,
+            datamodule.num_classes,
             optimizer=hydra.utils.instantiate(self.cfg.optimizer),
             max_steps=task.max_steps,
             warmup_steps=task.warmup_steps,
-            train_transform=transform(data.get("augment", True)),
+            train_transform=transform(augment_on_device),
             eval_transform=transform(False),
         )
 
@@ -167,13 +175,15 @@ class Finetune:
     def run(self) -> dict[str, Any]:
         """Trains, tests the best-validation checkpoint and returns the result fields."""
         L.seed_everything(self.cfg.seed, workers=True)
-        datamodule = self.setup_data()
-        num_classes = datamodule.num_classes
-        net = self.setup_net(num_classes)
+        model = self.cfg.model
+        datamodule = self.setup_data(input_size(model.name, model.get("kwargs")))
+        net = self.setup_net(datamodule.num_classes)
         selection = self.setup_selection(net)
         counts = selection.counts
         log.info("trainable parameters: %s", counts)
-        self.module = module = self.setup_module(net, selection, num_classes)
+        datamodule.img_size = image_size(net)  # the built model has the last word
+        datamodule.setup()
+        self.module = module = self.setup_module(net, selection, datamodule)
         resume = self.resume_from()
         checkpoint, callbacks = self.setup_callbacks()
         trainer = self.setup_trainer(callbacks, self.setup_loggers())

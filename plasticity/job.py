@@ -29,6 +29,7 @@ from plasticity.data import DataError
 from plasticity.finetune import CHECKPOINT_DIR, Finetune
 from plasticity.models import WeightsError
 from plasticity.module import Diverged
+from plasticity.prepare import InspectData, Prepare
 from plasticity.pretrain import Pretrain
 from plasticity.report import Report
 from plasticity.results import RESULT_FILE, config_hash, identity, read_json, read_result, write_json_atomic
@@ -44,7 +45,8 @@ logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
 )
 
 
-TASKS = {"finetune": Finetune, "pretrain": Pretrain, "plasticity": Plasticity, "bounds": Bounds, "report": Report}
+TASKS = {"finetune": Finetune, "pretrain": Pretrain, "plasticity": Plasticity, "bounds": Bounds, "report": Report,
+         "prepare": Prepare, "inspect_data": InspectData}
 FINISHED = ("done", "diverged")
 RUN_FILE = "run.json"
 # Errors whose message says everything: no traceback needed.
@@ -81,7 +83,7 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
         status = previous.get("status") if previous and previous.get("config_hash") == chash else "to run"
         log.info("dry run: %s (%s)", run_dir, status)
         return {**record, "status": status, "dry_run": True}
-    if cfg.sweep.skip_done and previous and previous.get("status") in FINISHED:
+    if cfg.sweep.skip_done and previous and previous.get("status") in FINISHED and not cfg.task.get("always_run"):
         if previous.get("config_hash") == chash:
             log.info("skipping %s: already %s (sweep.skip_done=true)", run_dir, previous["status"])
             return {**previous, "skipped": True}

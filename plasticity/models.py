@@ -109,3 +109,19 @@ def image_size(net: nn.Module) -> int:
     if patch_embed is not None and getattr(patch_embed, "img_size", None):
         return int(patch_embed.img_size[0])
     return int(net.pretrained_cfg.get("input_size", (3, 224, 224))[-1])
+
+
+def input_size(name: str, kwargs: dict | None = None) -> int:
+    """Side of the model's square input without building it: ``kwargs["img_size"]``, else timm's config.
+
+    Args:
+        name: A timm model name (with or without its pretrained tag).
+        kwargs: The architecture arguments of ``model.kwargs``.
+    """
+    img_size = (kwargs or {}).get("img_size")
+    if img_size is not None:
+        return int(img_size if isinstance(img_size, int) else img_size[0])
+    from timm.models import get_pretrained_cfg
+
+    cfg = get_pretrained_cfg(name)
+    return int(cfg.input_size[-1]) if cfg is not None and cfg.input_size else 224

@@ -81,9 +81,9 @@ class FinetuneModule(L.LightningModule):
         return self.net(images)
 
     def on_after_batch_transfer(self, batch, dataloader_idx: int):
-        images, labels = batch
+        images, labels, *sizes = batch  # sizes: original (h, w) of prepared (squashed) train images
         transform = self.train_transform if self.trainer.training else self.eval_transform
-        return transform(images), labels
+        return transform(images, *sizes), labels
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:
         images, labels = batch

@@ -10,7 +10,7 @@ import torch
 from plasticity.augment import DeviceTransform
 from plasticity.callbacks import PlasticityCallback
 from plasticity.components import freeze, select
-from plasticity.data import ArrayDataModule, load_splits
+from plasticity.data import DataModule, load_splits
 from plasticity.measure import measure, pair_indices
 from plasticity.module import FinetuneModule
 from tests.fixtures import write_fashion_mnist
@@ -18,7 +18,7 @@ from tests.fixtures import write_fashion_mnist
 
 def test_callback_logs_group_plasticity_equal_to_a_direct_measurement(micro_vit, tmp_path):
     data_dir = write_fashion_mnist(tmp_path / "data", n_train=200, n_test=100)
-    dm = ArrayDataModule("fashion_mnist", str(data_dir), micro_batch_size=16, seed=0)
+    dm = DataModule("fashion_mnist", str(data_dir), micro_batch_size=16, seed=0)
     selection = select(micro_vit, "mha")
     freeze(micro_vit, selection)
     tf = lambda train: DeviceTransform(28, [0.5] * 3, [0.5] * 3, train=train)  # noqa: E731

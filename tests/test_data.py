@@ -11,7 +11,7 @@ import torch
 from plasticity.corruptions import CORRUPTIONS, corrupt
 from plasticity.data import (
     DATASETS,
-    ArrayDataModule,
+    DataModule,
     DataError,
     check_data,
     load_splits,
@@ -98,7 +98,7 @@ def test_missing_fashion_mnist_raises_data_error(tmp_path: Path) -> None:
     for call in (
         lambda: load_splits("fashion_mnist", tmp_path),
         lambda: check_data("fashion_mnist", tmp_path),
-        lambda: ArrayDataModule("fashion_mnist", str(tmp_path), micro_batch_size=4).check(),
+        lambda: DataModule("fashion_mnist", str(tmp_path), micro_batch_size=4).check(),
         lambda: load_splits("fashion_mnist_c/snow", tmp_path),
     ):
         with pytest.raises(DataError) as err:
@@ -253,12 +253,12 @@ def test_contrast_matches_cifar_c_formula() -> None:
 # ----------------------------------------------------------------------------- DataModule
 
 
-def _train_labels(dm: ArrayDataModule) -> list[int]:
+def _train_labels(dm: DataModule) -> list[int]:
     return torch.cat([labels for _, labels in dm.train_dataloader()]).tolist()
 
 
 def test_datamodule_batches(fmnist: Path) -> None:
-    dm = ArrayDataModule("fashion_mnist", str(fmnist), micro_batch_size=32, eval_batch_size=20, seed=1)
+    dm = DataModule("fashion_mnist", str(fmnist), micro_batch_size=32, eval_batch_size=20, seed=1)
     dm.check()
     dm.prepare_data()
     dm.setup("fit")
@@ -279,14 +279,14 @@ def test_datamodule_batches(fmnist: Path) -> None:
 
 
 def test_datamodule_train_batch_images_match_labels(fmnist: Path) -> None:
-    dm = ArrayDataModule("fashion_mnist", str(fmnist), micro_batch_size=16)
+    dm = DataModule("fashion_mnist", str(fmnist), micro_batch_size=16)
     images, labels = next(iter(dm.train_dataloader()))
     table = {dm.splits.train.images[i].tobytes(): dm.splits.train.labels[i] for i in range(len(dm.splits.train))}
     assert [table[img.permute(1, 2, 0).numpy().tobytes()] for img in images] == labels.tolist()
 
 
 def test_datamodule_order_reproducible_by_seed(fmnist: Path) -> None:
-    make = lambda seed: ArrayDataModule("fashion_mnist", str(fmnist), micro_batch_size=10, seed=seed)  # noqa: E731
+    make = lambda seed: DataModule("fashion_mnist", str(fmnist), micro_batch_size=10, seed=seed)  # noqa: E731
     a, b, c = make(0), make(0), make(1)
     assert _train_labels(a) == _train_labels(b)
     assert _train_labels(a) != _train_labels(c)
@@ -304,6 +304,6 @@ def test_datamodule_order_reproducible_by_seed(fmnist: Path) -> None:
 
 
 def test_datamodule_rejects_too_small_train_set(fmnist: Path) -> None:
-    dm = ArrayDataModule("fashion_mnist", str(fmnist), micro_batch_size=64, limit=40)
+    dm = DataModule("fashion_mnist", str(fmnist), micro_batch_size=64, limit=40)
     with pytest.raises(ValueError, match="micro_batch_size"):
         dm.setup("fit")

@@ -1,0 +1,243 @@
+"""Prepared arrays (``task=prepare``) and the data report (``task=inspect_data``).
+
+``python launch.py task=prepare dataset=<name>`` decodes a JPEG dataset once into uint8 arrays
+under ``<paths.prepared_dir>/<name>/<img_size>/``, memory-mapped at train time so training
+reads no JPEG:
+
+* ``val.npy``, ``test.npy``: the eval transform's output, ``(N, S, S, 3)`` with ``S = img_size``
+  (exactly what the JPEG path computes);
+* ``train.npy``: each whole image squashed to ``train_size x train_size``, with its original
+  ``(height, width)`` in ``train_sizes.npy``; the device transform samples torchvision's
+  RandomResizedCrop boxes in the original coordinates and maps them onto the square;
+* ``<split>_labels.npy`` and ``<split>.json`` (done marker with the split hash); ``info.json``.
+
+Each split is written atomically and skipped when already done for the same split hash, so an
+interrupted preparation resumes split by split. Small-image sets (CIFAR, Fashion-MNIST and
+their corruptions) are arrays already: ``task=prepare`` only checks them.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from omegaconf import DictConfig
+
+from plasticity.images import eval_image, squash_image
+from plasticity.results import atomic_path, read_json, write_json_atomic
+from plasticity.sources import ArraySet, DataError, FileSet, source
+
+__all__ = ["DATA_INFO", "InspectData", "Prepare", "open_prepared", "prepare", "prepared_path"]
+
+log = logging.getLogger(__name__)
+DATA_INFO = "data_info.json"
+SPLITS = ("train", "val", "test")
+VERSION = 1
+
+
+def prepared_path(name: str, prepared_dir: str | Path, img_size: int) -> Path:
+    """``<prepared_dir>/<name>/<img_size>``: where a dataset's arrays for one input size live."""
+    return Path(prepared_dir) / name / str(int(img_size))
+
+
+def _open(path: Path, name: str, rows: int) -> np.ndarray:
+    try:
+        array = np.load(path, mmap_mode="r" if rows else None, allow_pickle=False)
+    except Exception as err:
+        raise DataError(f"{name}: prepared array {path} is missing or corrupt ({err}). "
+                        f"Fix: re-run `python launch.py task=prepare dataset={name}`.") from err
+    if len(array) != rows:
+        raise DataError(f"{name}: prepared array {path} has {len(array)} rows, expected {rows}. "
+                        f"Fix: re-run `python launch.py task=prepare dataset={name}`.")
+    return array
+
+
+def open_prepared(name: str, prepared_dir: str | Path, img_size: int, split_hash: str) -> dict[str, ArraySet] | None:
+    """Memory-map a dataset's prepared arrays; None if they were never completed.
+
+    Raises:
+        DataError: The arrays were made from other files (different split hash) or are corrupt.
+    """
+    directory = prepared_path(name, prepared_dir, img_size)
+    info = read_json(directory / "info.json")
+    if not info:
+        return None
+    if info.get("split_hash") != split_hash:
+        raise DataError(
+            f"{name}: the prepared arrays in {directory} were made from different files (split hash "
+            f"{info.get('split_hash')}, the data on disk gives {split_hash}). Fix: re-run "
+            f"`python launch.py task=prepare dataset={name}` (or delete {directory})."
+        )
+    out = {}
+    for split in SPLITS:
+        rows = info["sizes"][split]
+        images = _open(directory / f"{split}.npy", name, rows)
+        labels = np.asarray(_open(directory / f"{split}_labels.npy", name, rows), dtype=np.int64)
+        sizes = _open(directory / "train_sizes.npy", name, rows) if split == "train" else None
+        out[split] = ArraySet(images, labels, sizes)
+    return out
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def _decode_eval(args: tuple[str, int]) -> np.ndarray:
+    return eval_image(*args)
+
+
+def _decode_train(args: tuple[str, int]) -> tuple[np.ndarray, tuple[int, int]]:
+    return squash_image(*args)
+
+
+def _map(fn, items: list, workers: int):
+    """Ordered map, in worker processes when ``workers > 1``."""
+    if workers <= 1:
+        yield from map(fn, items)
+        return
+    with mp.get_context("fork").Pool(workers) as pool:
+        yield from pool.imap(fn, items, chunksize=16)
+
+
+def _decode_into(path: Path, items: list, side: int, train: bool, sizes: np.ndarray, workers: int) -> None:
+    """Decode ``items`` into a new ``.npy`` memory map at ``path`` (train: squashed, sizes filled)."""
+    images = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint8, shape=(len(items), side, side, 3))
+    for i, out in enumerate(_map(_decode_train if train else _decode_eval, items, workers)):
+        if train:
+            images[i], sizes[i] = out
+        else:
+            images[i] = out
+    images.flush()
+    del images
+
+
+def _write_split(files: FileSet, directory: Path, split: str, side: int, train: bool, workers: int) -> None:
+    """Decode every file of one split into ``<split>.npy`` (+ labels, + sizes for train), atomically."""
+    n = len(files)
+    items = [(str(files.path(i)), side) for i in range(n)]
+    sizes = np.zeros((n, 2), dtype=np.int64)
+    if n == 0:  # the reference has no train/val split; a zero-row memory map cannot be created
+        with atomic_path(directory / f"{split}.npy") as tmp:
+            np.save(tmp, np.zeros((0, side, side, 3), dtype=np.uint8))
+    else:
+        with atomic_path(directory / f"{split}.npy") as tmp:
+            _decode_into(tmp, items, side, train, sizes, workers)
+    with atomic_path(directory / f"{split}_labels.npy") as tmp:
+        np.save(tmp, np.asarray(files.labels, dtype=np.int64))
+    if train:
+        with atomic_path(directory / "train_sizes.npy") as tmp:
+            np.save(tmp, sizes)
+
+
+def prepare(
+    name: str,
+    data_dir: str | Path,
+    prepared_dir: str | Path,
+    img_size: int,
+    *,
+    train_size: int = 256,
+    workers: int = 1,
+    num_classes: int | None = None,
+) -> dict[str, Any]:
+    """Decode a JPEG dataset's splits into prepared arrays (see the module docstring).
+
+    Args:
+        name: A dataset whose source kind is ``files``.
+        data_dir: Root data folder.
+        prepared_dir: Root of the prepared arrays.
+        img_size: The model's input side (eval arrays are ``img_size`` square).
+        train_size: Side of the squashed train images (>= ``img_size`` keeps crops sharp).
+        workers: Decoding processes.
+        num_classes: Expected number of classes (None: the dataset's own).
+
+    Returns:
+        ``{"dir", "split_hash", "sizes", "decoded", "seconds", "images_per_s"}``.
+    """
+    from plasticity.data import official_splits
+
+    splits = official_splits(name, data_dir, num_classes=num_classes)
+    directory = prepared_path(name, prepared_dir, img_size)
+    directory.mkdir(parents=True, exist_ok=True)
+    start, decoded = time.perf_counter(), 0
+    for split in SPLITS:
+        files = getattr(splits, split)
+        marker = directory / f"{split}.json"
+        done = read_json(marker)
+        side = train_size if split == "train" else img_size
+        if done and done.get("split_hash") == splits.split_hash and done.get("side") == side:
+            log.info("%s %s: already prepared (%d images)", name, split, len(files))
+            continue
+        log.info("%s %s: decoding %d images at %d px with %d workers", name, split, len(files), side, workers)
+        _write_split(files, directory, split, side, split == "train", workers)
+        write_json_atomic(marker, {"split_hash": splits.split_hash, "side": side, "rows": len(files)})
+        decoded += len(files)
+    seconds = time.perf_counter() - start
+    info = {
+        "dataset": name, "version": VERSION, "split_hash": splits.split_hash, "img_size": int(img_size),
+        "train_size": int(train_size), "num_classes": splits.num_classes, "sizes": splits.sizes(),
+    }
+    write_json_atomic(directory / "info.json", info)
+    return {"dir": str(directory), "split_hash": splits.split_hash, "sizes": splits.sizes(), "decoded": decoded,
+            "seconds": round(seconds, 2), "images_per_s": round(decoded / seconds, 1) if decoded else None}
+
+
+# ----------------------------------------------------------------------------- recipes
+
+
+def _workers(value: int | str) -> int:
+    return max(1, (os.cpu_count() or 1) - 1) if value == "auto" else int(value)
+
+
+class _DataTask:
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+
+    @property
+    def img_size(self) -> int:
+        from plasticity.models import input_size
+
+        return int(self.cfg.task.get("img_size") or input_size(self.cfg.model.name, self.cfg.model.get("kwargs")))
+
+    @property
+    def prepared_dir(self) -> str:
+        return self.cfg.paths.get("prepared_dir") or str(Path(self.cfg.paths.data_dir) / "prepared")
+
+
+class Prepare(_DataTask):
+    """Recipe of ``task=prepare``: decode a JPEG dataset once into memory-mappable arrays."""
+
+    def run(self) -> dict[str, Any]:
+        data = self.cfg.dataset
+        src = source(data.name)
+        src.ensure(self.cfg.paths.data_dir, download=data.download)
+        if src.kind != "files":
+            log.info("%s is stored as arrays already: nothing to decode", data.name)
+            return {"prepared": False, "reason": "stored as arrays already"}
+        result = prepare(data.name, self.cfg.paths.data_dir, self.prepared_dir, self.img_size,
+                         train_size=int(self.cfg.task.train_size), workers=_workers(self.cfg.task.workers),
+                         num_classes=data.get("num_classes"))
+        log.info("prepared %s in %s (%s)", data.name, result["dir"], result["sizes"])
+        return {"prepared": True, **result}
+
+
+class InspectData(_DataTask):
+    """Recipe of ``task=inspect_data``: sizes, classes and split hash, written to ``data_info.json``."""
+
+    def run(self) -> dict[str, Any]:
+        from plasticity.data import load_splits
+
+        data = self.cfg.dataset
+        source(data.name).ensure(self.cfg.paths.data_dir, download=data.download)
+        splits = load_splits(data.name, self.cfg.paths.data_dir, severity=data.severity, limit=data.limit,
+                             img_size=self.img_size, num_classes=data.get("num_classes"),
+                             prepared_dir=self.prepared_dir)
+        info = {"dataset": data.name, "num_classes": splits.num_classes, **splits.sizes(),
+                "split_hash": splits.split_hash, "severity": data.severity, "prepared": splits.prepared,
+                "kind": source(data.name).kind, "img_size": self.img_size}
+        write_json_atomic(self.run_dir / DATA_INFO, info)
+        print("  ".join(f"{k}={v}" for k, v in info.items()), flush=True)
+        return info
