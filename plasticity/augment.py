@@ -14,6 +14,7 @@ import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torchvision.transforms.v2 import functional as TF
 
 _ATTEMPTS = 10
@@ -30,6 +31,9 @@ class DeviceTransform(torch.nn.Module):
         crop_scale: Range of the crop area as a fraction of the image area.
         crop_ratio: Range of the crop aspect ratio (width / height).
         hflip: Flip horizontally with probability 0.5 (train only).
+        per_image: Resample crops one image at a time with ``F.interpolate`` (True) or as two
+            batched matrix products (False); None picks per image on a CPU, matrices elsewhere.
+            Both give the same result.
     """
 
     def __init__(
@@ -42,8 +46,10 @@ class DeviceTransform(torch.nn.Module):
         crop_scale: tuple[float, float] = (0.08, 1.0),
         crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
         hflip: bool = True,
+        per_image: bool | None = None,
     ) -> None:
         super().__init__()
+        self.per_image = per_image
         if len(mean) != 3 or len(std) != 3:
             raise ValueError(f"mean and std need 3 values, got {list(mean)} and {list(std)}")
         self.img_size, self.train_mode, self.hflip = int(img_size), train, hflip
@@ -78,6 +84,8 @@ class DeviceTransform(torch.nn.Module):
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
     def _eval(self, x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-2:] == (self.img_size, self.img_size):  # prepared eval images, JPEG-path batches
+            return x
         x = TF.resize(x, [self.img_size], antialias=True)
         return TF.center_crop(x, [self.img_size, self.img_size])
 
@@ -89,12 +97,15 @@ class DeviceTransform(torch.nn.Module):
     def _resample(self, x: torch.Tensor, top, left, ch, cw) -> torch.Tensor:
         """Resize each image's box to ``img_size`` (antialiased bilinear), flipping in train mode."""
         b, _, h, w = x.shape
+        flip = torch.rand(b, device=x.device) < 0.5 if self.train_mode and self.hflip else None
+        if self.per_image if self.per_image is not None else x.device.type == "cpu":
+            return _resample_per_image(x, top, left, ch, cw, self.img_size, flip)
         rows = resize_weights(h, top, ch, self.img_size)
         cols = resize_weights(w, left, cw, self.img_size)
-        if self.train_mode and self.hflip:
-            flip = torch.rand(b, device=x.device) < 0.5
+        if flip is not None:
             cols = torch.where(flip[:, None, None], cols.flip(1), cols)
         return rows.unsqueeze(1) @ x @ cols.transpose(1, 2).unsqueeze(1)
+
 
     def _from_sizes(self, x: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
         """Boxes in original coordinates (random crops, or the eval centre square) mapped onto ``x``."""
@@ -109,6 +120,14 @@ class DeviceTransform(torch.nn.Module):
         left, cw = _to_stored(left, cw, width, w)
         return self._resample(x, top, left, ch, cw)
 
+
+def _resample_per_image(x, top, left, ch, cw, size: int, flip: torch.Tensor | None) -> torch.Tensor:
+    """The same resampling one image at a time with ``F.interpolate`` (cheaper than dense matrices on a CPU)."""
+    out = torch.empty(x.shape[0], x.shape[1], size, size, dtype=x.dtype, device=x.device)
+    for i, (t, l, hh, ww) in enumerate(zip(top.tolist(), left.tolist(), ch.tolist(), cw.tolist())):
+        crop = x[i : i + 1, :, t : t + hh, l : l + ww]
+        out[i] = F.interpolate(crop, size=(size, size), mode="bilinear", align_corners=False, antialias=True)[0]
+    return out if flip is None else torch.where(flip[:, None, None, None], out.flip(-1), out)
 
 def _to_stored(start: torch.Tensor, length: torch.Tensor, original: torch.Tensor, stored: int):
     """Map an integer interval of an axis of ``original`` pixels onto ``stored`` pixels (rounded)."""

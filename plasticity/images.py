@@ -115,5 +115,5 @@ class FileDataset(Dataset):
         return len(self.files)
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        img = np.asarray(self.transform(decode(self.files.path(i))), dtype=np.uint8)
+        img = np.array(self.transform(decode(self.files.path(i))), dtype=np.uint8)
         return torch.from_numpy(img).permute(2, 0, 1).contiguous(), torch.tensor(self.files.labels[i])

@@ -151,3 +151,15 @@ def test_cuda_matches_cpu_eval() -> None:
     assert torch.allclose(t.cuda()(images.cuda()).cpu(), t.cpu()(images), atol=1e-4)
     out = DeviceTransform(64, MEAN, STD, train=True).cuda()(images.cuda())
     assert out.device.type == "cuda" and out.shape == (4, 3, 64, 64)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_per_image_and_matrix_resampling_agree(train: bool) -> None:
+    images = _images(6, 3, 45, 70, seed=2)
+    sizes = torch.tensor([[90, 140], [45, 70], [300, 100], [100, 300], [45, 45], [64, 80]])
+    outs = []
+    for per_image in (True, False):
+        torch.manual_seed(5)
+        t = DeviceTransform(32, MEAN, STD, train=train, per_image=per_image)
+        outs.append((t(images), t(images, sizes)))
+    assert all((a - b).abs().max() < 1e-4 for a, b in zip(*outs))

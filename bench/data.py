@@ -1,0 +1,123 @@
+"""Input pipeline throughput: the torchvision JPEG path against prepared arrays, in one run.
+
+    python bench/data.py                                   # 2 CPU cores, no GPU
+    python bench/data.py --n 4096 --workers 8 --batch 128  # a GPU machine (16 cores)
+
+Writes ``--n`` ImageNet-sized JPEGs (sides 300-500 px, smooth content plus noise, quality 90)
+in DomainNet's class-folder layout under a temporary folder, then measures training images/s
+at ``--img`` px with the same DataLoader workers and batch size:
+
+- ``jpeg``: PIL decode + torchvision RandomResizedCrop + flip in the workers (the usual path),
+  then normalisation on ``--device``;
+- ``prepared``: the arrays of ``task=prepare`` (memory-mapped, train images squashed to
+  ``--train-size``), batches gathered by index, RandomResizedCrop + flip + normalisation on
+  ``--device`` by :class:`plasticity.augment.DeviceTransform`;
+
+and prints the ratio prepared / jpeg, for the loader alone (what the CPU must deliver while an
+accelerator trains) and with the device transform run on ``--device``, plus the one-time cost of
+``task=prepare`` (images/s).
+On a GPU, compare the prepared rate with the model's training images/s (bench/train_step.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# This file is named like a package module: keep its own folder off the import path.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, installed or not
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from plasticity.augment import DeviceTransform  # noqa: E402
+from plasticity.data import DataModule  # noqa: E402
+from plasticity.prepare import prepare  # noqa: E402
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+CLASSES = 8
+
+
+def write_jpegs(root: Path, n: int, seed: int = 0) -> None:
+    """``n`` JPEGs of ImageNet-like sizes under ``root/domainnet/clipart/<class>/``."""
+    rng = np.random.default_rng(seed)
+    for i in range(n):
+        h, w = (int(v) for v in rng.integers(300, 501, size=2))
+        yy, xx = np.meshgrid(np.linspace(0, 1, h), np.linspace(0, 1, w), indexing="ij")
+        colour = rng.random(3) * 255
+        image = colour * (0.5 + 0.5 * np.sin(6 * xx + 4 * yy + rng.random()))[..., None]
+        image = np.clip(image + rng.normal(0, 12, (h, w, 3)), 0, 255).astype(np.uint8)
+        folder = root / "domainnet" / "clipart" / f"class_{i % CLASSES:03d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(image).save(folder / f"img_{i:06d}.jpg", quality=90)
+
+
+def rate(datamodule: DataModule, transform: DeviceTransform | None, device: torch.device, batches: int) -> float:
+    """Training images/s through the loader (+ the device transform when given); batch 0 untimed."""
+    loader = iter(datamodule.train_dataloader())
+    seen, start = 0, 0.0
+    for k in range(batches + 1):
+        try:
+            batch = next(loader)
+        except StopIteration:
+            loader = iter(datamodule.train_dataloader())
+            batch = next(loader)
+        images, _, *sizes = batch
+        if transform is not None:
+            images = transform(images.to(device, non_blocking=True), *(s.to(device) for s in sizes))
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+        if k == 0:
+            start = time.perf_counter()
+        else:
+            seen += len(images)
+    return seen / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=1024, help="JPEGs to write")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--batches", type=int, default=12, help="timed batches per path")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader workers for both paths")
+    parser.add_argument("--img", type=int, default=224)
+    parser.add_argument("--train-size", type=int, default=256)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_jpegs(root, args.n)
+        common = dict(micro_batch_size=args.batch, num_workers=args.workers, img_size=args.img, num_classes=CLASSES)
+        jpeg = DataModule("domainnet/clipart", str(root), prepared_dir=str(root / "none"), **common)
+        jpeg.setup()
+        normalise = DeviceTransform(args.img, MEAN, STD, train=False).to(device)
+        jpeg_loader = rate(jpeg, None, device, args.batches)
+        jpeg_rate = rate(jpeg, normalise, device, args.batches)
+        start = time.perf_counter()
+        done = prepare("domainnet/clipart", root, root / "prepared", args.img, train_size=args.train_size,
+                       workers=max(1, args.workers), num_classes=CLASSES)
+        prepare_rate = args.n / (time.perf_counter() - start)
+        arrays = DataModule("domainnet/clipart", str(root), **common)
+        arrays.setup()
+        assert arrays.splits.prepared and done["sizes"]["train"] == len(arrays.splits.train)
+        augment = DeviceTransform(args.img, MEAN, STD, train=True).to(device)
+        prepared_loader = rate(arrays, None, device, args.batches)
+        prepared_rate = rate(arrays, augment, device, args.batches)
+    print(f"device {device}, {torch.get_num_threads()} torch threads, {args.workers} workers, batch {args.batch}, "
+          f"{args.img} px (train arrays {args.train_size} px), {args.n} JPEGs of 300-500 px")
+    print(f"{'':14} {'loader':>9} {'+ transform on ' + device.type:>20}   images/s")
+    print(f"{'jpeg path':14} {jpeg_loader:9.0f} {jpeg_rate:20.0f}   (decode + RandomResizedCrop + flip on the CPU)")
+    print(f"{'prepared path':14} {prepared_loader:9.0f} {prepared_rate:20.0f}   (memory-mapped arrays; crop + flip on {device.type})")
+    print(f"ratio prepared / jpeg: loader {prepared_loader / jpeg_loader:.1f}x, with the transform "
+          f"{prepared_rate / jpeg_rate:.1f}x")
+    print(f"task=prepare (one time): {prepare_rate:.0f} images/s with {max(1, args.workers)} processes")
+
+
+if __name__ == "__main__":
+    main()
