@@ -64,10 +64,10 @@ class Analysis:
             ensure_data(name, self.cfg.paths.data_dir, download=data.download)
         model = self.cfg.model
         img_size = input_size(model.name, model.get("kwargs"))
-        load = lambda name: load_splits(  # noqa: E731
-            name, self.cfg.paths.data_dir, severity=data.severity, img_size=img_size,
+        load = lambda name, classes=None: load_splits(  # noqa: E731
+            name, self.cfg.paths.data_dir, severity=data.severity, img_size=img_size, num_classes=classes,
             prepared_dir=self.cfg.paths.get("prepared_dir")).test
-        return load(task.reference), load(data.name)
+        return load(task.reference), load(data.name, data.get("num_classes"))
 
     def setup_net(self, num_classes: int = 10) -> torch.nn.Module:
         model = self.cfg.model

@@ -68,3 +68,26 @@ def test_prepare_then_finetune_reads_the_arrays(tmp_path, data):
     result = json.loads((out / "result.json").read_text())
     assert result["status"] == "done" and result["steps"] == 3 and result["split_hash"] == record["split_hash"]
     assert "reading JPEG files" not in run.stderr
+
+
+def test_plasticity_with_the_imagenet_reference_reads_jpegs(tmp_path, data):
+    proc = launch(tmp_path, data, "task=plasticity", "task.reference=imagenet", "dataset=domainnet/clipart",
+                  "dataset.num_classes=3", "task.n_pairs=5", "task.batch_size=5", "task.device=cpu", base=BASE)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = next((tmp_path / "outputs" / "plasticity" / "domainnet" / "clipart").rglob("plasticity.json"))
+    summary = json.loads(out.read_text())
+    assert summary["reference"] == "imagenet" and summary["n_pairs"] == 5
+    assert {r["group"] for r in summary["ranking"]} == {"ln1", "mha", "ln2", "fc1", "fc2"}
+    assert all(r["mean"] > 0 for r in summary["ranking"])
+
+
+def test_finetune_on_unprepared_jpegs_uses_the_jpeg_path(tmp_path, data):
+    tiny = ["trainer=cpu", "task.max_steps=2", "task.warmup_steps=1", "task.val_every=2", "task.batch_size=4",
+            "task.micro_batch_size=4", "trainer.enable_progress_bar=false", "trainer.num_sanity_val_steps=0"]
+    run = launch(tmp_path, data, "dataset=pets", *tiny, "component=ln1", f"paths.prepared_dir={tmp_path}/none",
+                 base=BASE)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "pets: reading JPEG files" in run.stdout + run.stderr
+    out = tmp_path / "outputs" / "finetune" / "pets" / "vit_micro_patch7_28" / "ln1" / "lr_0.01" / "seed_0"
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "done" and result["steps"] == 2 and 0.0 <= result["test_acc"] <= 1.0

@@ -43,7 +43,7 @@ def test_prepared_eval_arrays_equal_the_jpeg_path(prepared: Path) -> None:
     t = DeviceTransform(SIZE, MEAN, STD, train=False)
     batch = lambda s: torch.from_numpy(np.array(s.images[np.arange(4)])).permute(0, 3, 1, 2)  # noqa: E731
     assert torch.equal(t(batch(arrays.test)), t(batch(jpeg.test)))
-    tv = torch.stack([torch.from_numpy(np.asarray(eval_transform(SIZE)(Image.open(jpeg.test.images.files.path(i)).convert("RGB")))).permute(2, 0, 1) for i in range(4)])
+    tv = torch.stack([torch.from_numpy(np.array(eval_transform(SIZE)(Image.open(jpeg.test.images.files.path(i)).convert("RGB")))).permute(2, 0, 1) for i in range(4)])
     assert torch.equal(batch(arrays.test), tv)
 
 
