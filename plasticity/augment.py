@@ -98,14 +98,14 @@ class DeviceTransform(torch.nn.Module):
         """Resize each image's box to ``img_size`` (antialiased bilinear), flipping in train mode."""
         b, _, h, w = x.shape
         flip = torch.rand(b, device=x.device) < 0.5 if self.train_mode and self.hflip else None
-        if self.per_image if self.per_image is not None else x.device.type == "cpu":
+        per_image = x.device.type == "cpu" if self.per_image is None else self.per_image
+        if per_image:
             return _resample_per_image(x, top, left, ch, cw, self.img_size, flip)
         rows = resize_weights(h, top, ch, self.img_size)
         cols = resize_weights(w, left, cw, self.img_size)
         if flip is not None:
             cols = torch.where(flip[:, None, None], cols.flip(1), cols)
         return rows.unsqueeze(1) @ x @ cols.transpose(1, 2).unsqueeze(1)
-
 
     def _from_sizes(self, x: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
         """Boxes in original coordinates (random crops, or the eval centre square) mapped onto ``x``."""
@@ -128,6 +128,7 @@ def _resample_per_image(x, top, left, ch, cw, size: int, flip: torch.Tensor | No
         crop = x[i : i + 1, :, t : t + hh, l : l + ww]
         out[i] = F.interpolate(crop, size=(size, size), mode="bilinear", align_corners=False, antialias=True)[0]
     return out if flip is None else torch.where(flip[:, None, None, None], out.flip(-1), out)
+
 
 def _to_stored(start: torch.Tensor, length: torch.Tensor, original: torch.Tensor, stored: int):
     """Map an integer interval of an axis of ``original`` pixels onto ``stored`` pixels (rounded)."""

@@ -112,7 +112,7 @@ def split_indices(n: int, fraction: float = 0.8, seed: int = 42) -> tuple[np.nda
     return perm[:k], perm[k:]
 
 
-def _split_hash(name: str, severity: int | None, parts: list[ArraySet | FileSet]) -> str:
+def _split_hash(name: str, severity: int | None, parts: list[tuple[ArraySet | FileSet, np.ndarray]]) -> str:
     """Hash the dataset identity and each split's (indices, labels[, file names])."""
     h = hashlib.sha256(f"{name}|{severity}".encode())
     for part, idx in parts:
@@ -254,13 +254,13 @@ def load_splits(
         ValueError: Unknown name, bad severity or bad limit.
         DataError: Data missing or corrupt, or prepared arrays stale.
     """
-    from plasticity.prepare import open_prepared
+    from plasticity.prepare import open_prepared, prepared_root
 
-    check_data(name, data_dir, severity=severity, download=download)
-    ensure_data(name, data_dir, download=download)
+    check_severity(severity)
+    ensure_data(name, data_dir, download=download)  # checks first: nothing is fetched for a corrupt set
     splits = official_splits(name, data_dir, severity=severity, num_classes=num_classes)
     if source(name).kind == "files":
-        prepared = open_prepared(name, prepared_dir or Path(data_dir) / "prepared", img_size, splits.split_hash)
+        prepared = open_prepared(name, prepared_root(data_dir, prepared_dir), img_size, splits.split_hash)
         if prepared is not None:
             splits = Splits(prepared["train"], prepared["val"], prepared["test"], splits.num_classes,
                             splits.split_hash, prepared=True)

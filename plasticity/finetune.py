@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from plasticity.augment import DeviceTransform
 from plasticity.components import Selection, freeze, select
 from plasticity.data import DataModule
-from plasticity.models import create_model, image_size, input_size
+from plasticity.models import create_model, image_size
 from plasticity.module import FinetuneModule
 
 log = logging.getLogger(__name__)
@@ -56,8 +56,8 @@ class Finetune:
     def accumulation(self) -> int:
         return self.cfg.task.batch_size // self.cfg.task.micro_batch_size
 
-    def setup_data(self, img_size: int) -> DataModule:
-        """The datamodule for the model's input side; raises before any compute when the data is missing."""
+    def setup_data(self) -> DataModule:
+        """The datamodule; raises before any compute when the data is missing (``run`` sets its image size)."""
         cfg, data = self.cfg, self.cfg.dataset
         datamodule = DataModule(
             data.name,
@@ -69,7 +69,6 @@ class Finetune:
             limit=data.limit,
             num_workers=data.num_workers,
             seed=cfg.seed,
-            img_size=img_size,
             num_classes=data.get("num_classes"),
             prepared_dir=cfg.paths.get("prepared_dir"),
             augment=data.get("augment", True),
@@ -175,13 +174,12 @@ class Finetune:
     def run(self) -> dict[str, Any]:
         """Trains, tests the best-validation checkpoint and returns the result fields."""
         L.seed_everything(self.cfg.seed, workers=True)
-        model = self.cfg.model
-        datamodule = self.setup_data(input_size(model.name, model.get("kwargs")))
+        datamodule = self.setup_data()
         net = self.setup_net(datamodule.num_classes)
         selection = self.setup_selection(net)
         counts = selection.counts
         log.info("trainable parameters: %s", counts)
-        datamodule.img_size = image_size(net)  # the built model has the last word
+        datamodule.img_size = image_size(net)  # JPEG sets are decoded for the model's input side
         datamodule.setup()
         self.module = module = self.setup_module(net, selection, datamodule)
         resume = self.resume_from()

@@ -32,12 +32,17 @@ from plasticity.images import eval_image, squash_image
 from plasticity.results import atomic_path, read_json, write_json_atomic
 from plasticity.sources import ArraySet, DataError, FileSet, source
 
-__all__ = ["DATA_INFO", "InspectData", "Prepare", "open_prepared", "prepare", "prepared_path"]
+__all__ = ["DATA_INFO", "InspectData", "Prepare", "open_prepared", "prepare", "prepared_path", "prepared_root"]
 
 log = logging.getLogger(__name__)
 DATA_INFO = "data_info.json"
 SPLITS = ("train", "val", "test")
 VERSION = 1
+
+
+def prepared_root(data_dir: str | Path, prepared_dir: str | Path | None = None) -> Path:
+    """The root of the prepared arrays: ``prepared_dir``, by default ``<data_dir>/prepared``."""
+    return Path(prepared_dir) if prepared_dir else Path(data_dir) / "prepared"
 
 
 def prepared_path(name: str, prepared_dir: str | Path, img_size: int) -> Path:
@@ -203,8 +208,8 @@ class _DataTask:
         return int(self.cfg.task.get("img_size") or input_size(self.cfg.model.name, self.cfg.model.get("kwargs")))
 
     @property
-    def prepared_dir(self) -> str:
-        return self.cfg.paths.get("prepared_dir") or str(Path(self.cfg.paths.data_dir) / "prepared")
+    def prepared_dir(self) -> Path:
+        return prepared_root(self.cfg.paths.data_dir, self.cfg.paths.get("prepared_dir"))
 
 
 class Prepare(_DataTask):
@@ -231,8 +236,8 @@ class InspectData(_DataTask):
         from plasticity.data import load_splits
 
         data = self.cfg.dataset
-        source(data.name).ensure(self.cfg.paths.data_dir, download=data.download)
         splits = load_splits(data.name, self.cfg.paths.data_dir, severity=data.severity, limit=data.limit,
+                             download=data.download,
                              img_size=self.img_size, num_classes=data.get("num_classes"),
                              prepared_dir=self.prepared_dir)
         info = {"dataset": data.name, "num_classes": splits.num_classes, **splits.sizes(),

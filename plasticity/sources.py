@@ -383,6 +383,7 @@ class FashionMNISTC(CifarC):
                                 "labels.npy are generated from that test set on first use.)") from None
 
     def ensure(self, data_dir: str | Path, *, download: bool = False) -> None:
+        self.check(data_dir, download=download)
         try:
             self._check(Path(data_dir))
         except _Missing:
