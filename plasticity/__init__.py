@@ -1,14 +1,28 @@
-"""plasticity: component-wise finetuning and plasticity analysis of vision transformers."""
+"""plasticity: component-wise finetuning and plasticity analysis of vision transformers.
+
+Importing the package is light (no torch, timm or Lightning), so ``python launch.py --help`` and
+``--cfg job`` answer at once; the heavy libraries load when a task runs. It registers the config
+resolvers the ``conf/`` files use:
+
+- ``${run_id:<text>}``: a stable 16-hex-digit id (the W&B run id of a run directory, so that a
+  requeued job resumes its own W&B run);
+- ``${groups:}``: the paper's five component groups (:data:`plasticity.components.GROUPS`);
+- ``${optimizer_name:<_target_>}``: ``torch.optim.SGD`` -> ``sgd``, the optimizer's name in run paths.
+
+Subpackages: :mod:`~plasticity.data`, :mod:`~plasticity.recipes` (one per task),
+:mod:`~plasticity.runs` (records, locks), :mod:`~plasticity.report` (tables, figures, summary).
+"""
 
 import hashlib
 
 from omegaconf import OmegaConf
 
-from plasticity import models  # noqa: F401  (registers vit_micro_patch7_28 with timm)
+from plasticity.components import GROUPS
 
-# ${run_id:<text>}: a stable 16-hex-digit id, e.g. the W&B run id of a run directory, so that a
-# requeued job resumes its own W&B run.
 OmegaConf.register_new_resolver("run_id", lambda text: hashlib.sha1(str(text).encode()).hexdigest()[:16],
                                 replace=True)
+OmegaConf.register_new_resolver("groups", lambda: list(GROUPS), replace=True)
+OmegaConf.register_new_resolver("optimizer_name", lambda target: str(target).rsplit(".", 1)[-1].lower(),
+                                replace=True)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

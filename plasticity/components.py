@@ -9,21 +9,89 @@ Layer scale (``ls1``/``gamma_1``) multiplies the attention output and goes with 
 ``ls2``/``gamma_2`` and the SwiGLU hidden norm (``mlp.norm``) act on the second feedforward
 layer's input/output and go with ``fc2``. Both fused (``fc1``) and split SwiGLU (``fc1_g``,
 ``fc1_x``) first layers are ``fc1``.
+
+This module owns the one definition of the groups (:data:`GROUP_TABLE`: names, labels, colours,
+the timm module each group's plasticity measures, the bound shown beside it); the config
+resolver ``${groups:}``, the analyses, the report and the figures all read it from here.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-import torch.nn as nn
+if TYPE_CHECKING:
+    import torch.nn as nn
 
-GROUPS = ("ln1", "mha", "ln2", "fc1", "fc2")
-"""The paper's five component groups, in block order."""
 
-COMPONENTS = GROUPS + ("emb", "all", "head")
+@dataclass(frozen=True)
+class Group:
+    """One trainable configuration: its config name and how every table, figure and analysis shows it.
+
+    Attributes:
+        name: The ``component.name`` value (``ln1`` ... ``fc2``, ``emb``, ``all``, ``head``).
+        label: How tables and figures name it (paper notation).
+        color: Matplotlib colour of its lines and bars.
+        module: For the five block groups, the timm block submodule whose plasticity is measured
+            (``block.get_submodule(module)``); None otherwise.
+        bound: For the five block groups, the upper bound (paper Props. 1-3) shown beside its
+            plasticity: ``prop1`` (LN), ``prop2`` (FC), ``prop3_rms`` (MHA); None otherwise.
+    """
+
+    name: str
+    label: str
+    color: str
+    module: str | None = None
+    bound: str | None = None
+
+
+GROUP_TABLE: tuple[Group, ...] = (
+    Group("ln1", "LN1", "tab:blue", "norm1", "prop1"),
+    Group("mha", "MHA", "tab:red", "attn", "prop3_rms"),
+    Group("ln2", "LN2", "tab:cyan", "norm2", "prop1"),
+    Group("fc1", "FC1", "tab:orange", "mlp.fc1", "prop2"),
+    Group("fc2", "FC2", "tab:green", "mlp.fc2", "prop2"),
+    Group("emb", "embedding", "tab:brown"),
+    Group("all", "full", "tab:purple"),
+    Group("head", "linear probing", "tab:gray"),
+)
+"""The single definition of every component group; everything else derives from it."""
+
+INFO: dict[str, Group] = {g.name: g for g in GROUP_TABLE}
+"""``component.name`` -> its :class:`Group`."""
+
+GROUPS: tuple[str, ...] = tuple(g.name for g in GROUP_TABLE if g.module is not None)
+"""The paper's five component groups, in block order: ``ln1, mha, ln2, fc1, fc2``."""
+
+COMPONENTS: tuple[str, ...] = GROUPS + ("emb", "all", "head")
 """Every value ``component.name`` accepts: a group, the embedding, full finetuning, or the head only."""
+
+BASELINES: tuple[str, ...] = ("all", "head")
+"""Full finetuning and linear probing (by SGD on the head), the paper's two baselines."""
+
+TABLE_ORDER: tuple[str, ...] = GROUPS + BASELINES
+"""Column order of the report's tables: the five groups, full finetuning, linear probing."""
+
+MODULES: dict[str, str] = {g.name: g.module for g in GROUP_TABLE if g.module is not None}
+"""Group -> the module of a timm block that the group's plasticity measures."""
+
+BOUND_OF: dict[str, str] = {g.name: g.bound for g in GROUP_TABLE if g.bound is not None}
+"""Group -> the bound shown beside its plasticity (MHA: Prop. 3 at the RMS token radius)."""
+
+LABELS: dict[str, str] = {g.name: g.label for g in GROUP_TABLE}
+COLORS: dict[str, str] = {g.name: g.color for g in GROUP_TABLE}
+
+
+def label(name: str) -> str:
+    """The display label of a group (the name itself when unknown)."""
+    return LABELS.get(name, name)
+
+
+def color(name: str) -> str:
+    """The colour of a group (black when unknown)."""
+    return COLORS.get(name, "k")
+
 
 _BLOCK = r"^blocks\.(?P<block>\d+)\."
 RULES: tuple[tuple[str, str], ...] = (
@@ -104,7 +172,7 @@ class Selection:
         }
 
 
-def resolve(model: nn.Module) -> dict[str, tuple[str, ...]]:
+def resolve(model: "nn.Module") -> dict[str, tuple[str, ...]]:
     """Maps each group (the five groups, ``emb``, ``final_norm``, ``head``) to its parameter names.
 
     Raises:
@@ -116,7 +184,7 @@ def resolve(model: nn.Module) -> dict[str, tuple[str, ...]]:
     return {group: tuple(members) for group, members in names.items()}
 
 
-def group_counts(model: nn.Module) -> dict[str, int]:
+def group_counts(model: "nn.Module") -> dict[str, int]:
     """Number of scalar parameters in each group of :func:`resolve`."""
     numel = {n: p.numel() for n, p in model.named_parameters()}
     return {group: sum(numel[n] for n in members) for group, members in resolve(model).items()}
@@ -131,7 +199,7 @@ def check_component(component: str) -> None:
         )
 
 
-def select(model: nn.Module, component: str, train_final_norm: bool = True) -> Selection:
+def select(model: "nn.Module", component: str, train_final_norm: bool = True) -> Selection:
     """Resolves the parameters that train when finetuning ``component``.
 
     Args:
@@ -165,7 +233,7 @@ def select(model: nn.Module, component: str, train_final_norm: bool = True) -> S
     )
 
 
-def freeze(model: nn.Module, selection: Selection) -> None:
+def freeze(model: "nn.Module", selection: Selection) -> None:
     """Sets ``requires_grad`` so that exactly ``selection.trainable`` receives gradients.
 
     ``requires_grad=False`` (not just leaving parameters out of the optimizer) is what saves the

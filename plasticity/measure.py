@@ -32,12 +32,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from scipy import stats as scipy_stats
 
-from plasticity.components import GROUPS
+from plasticity.components import GROUPS, MODULES
 
 MODES = ("embedding", "layer")
 PAIRINGS = ("sequential", "random")
-MODULES = {"ln1": "norm1", "mha": "attn", "ln2": "norm2", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
-"""Group -> the module of a timm block that the group's plasticity measures."""
 
 HIST_RANGE = (-4.0, 4.0)  # log10 of the rate
 HIST_BINS = 800  # 0.01 decades a bin: quantiles within 2.3 %

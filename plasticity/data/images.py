@@ -20,7 +20,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.transforms import v2 as T
 
-from plasticity.sources import DataError, FileSet
+from plasticity.data.sources import DataError, FileSet
 
 __all__ = ["EvalImages", "FileDataset", "decode", "eval_image", "eval_transform", "squash_image", "train_transform"]
 

@@ -8,12 +8,12 @@ its *official parts* (:meth:`Source.read`):
 * ``{"train", "test"}``: sets with an official test split (CIFAR, Fashion-MNIST, Flowers102,
   Pets);
 * ``{"all"}``: sets without one (Cifar10-C, DomainNet, Fashion-MNIST-C), split 80/20 by
-  :mod:`plasticity.data`;
+  :mod:`plasticity.data.splits`;
 * ``{"test"}``: the plasticity reference (ImageNet val), kept whole and in class-folder order.
 
 Small fixed-size images (CIFAR, Fashion-MNIST and their corruptions) are read into memory as
 :class:`ArraySet`; JPEG datasets are :class:`FileSet` lists of files, decoded by
-:mod:`plasticity.images` or once ahead of training by ``task=prepare`` (:mod:`plasticity.prepare`).
+:mod:`plasticity.data.images` or once ahead of training by ``task=prepare`` (:mod:`plasticity.data.prepared`).
 
 Layouts, relative to ``paths.data_dir`` (torchvision's ``root`` where torchvision has the set):
 
@@ -39,8 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from plasticity.corruptions import CORRUPTIONS, corrupt
-from plasticity.results import atomic_path
+from plasticity.data.corruptions import CORRUPTIONS, corrupt
+from plasticity.runs.io import atomic_path
 
 __all__ = [
     "NUM_SEVERITIES",
@@ -407,7 +407,7 @@ def generate_fashion_mnist_c(data_dir: str | Path, corruption: str, *, download:
 
     Args:
         data_dir: Root data folder (holds ``FashionMNIST/raw``).
-        corruption: One of :data:`plasticity.corruptions.CORRUPTIONS`.
+        corruption: One of :data:`plasticity.data.corruptions.CORRUPTIONS`.
         download: Let torchvision download the clean set if missing.
 
     Returns:

@@ -1,4 +1,4 @@
-"""Prepared arrays (``task=prepare``) and the data report (``task=inspect_data``).
+"""Prepared arrays: JPEG datasets decoded once into memory-mappable uint8 arrays (``task=prepare``).
 
 ``python launch.py task=prepare dataset=<name>`` decodes a JPEG dataset once into uint8 arrays
 under ``<paths.prepared_dir>/<name>/<img_size>/``, memory-mapped at train time so training
@@ -20,22 +20,20 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig
 
-from plasticity.images import eval_image, squash_image
-from plasticity.results import atomic_path, read_json, write_json_atomic
-from plasticity.sources import ArraySet, DataError, FileSet, source
+from plasticity.data.images import eval_image, squash_image
+from plasticity.data.sources import ArraySet, DataError, FileSet
+from plasticity.data.splits import official_splits
+from plasticity.runs.io import atomic_path, read_json, write_json_atomic
 
-__all__ = ["DATA_INFO", "InspectData", "Prepare", "open_prepared", "prepare", "prepared_path", "prepared_root"]
+__all__ = ["open_prepared", "prepare", "prepared_path", "prepared_root"]
 
 log = logging.getLogger(__name__)
-DATA_INFO = "data_info.json"
 SPLITS = ("train", "val", "test")
 VERSION = 1
 
@@ -162,8 +160,6 @@ def prepare(
     Returns:
         ``{"dir", "split_hash", "sizes", "decoded", "seconds", "images_per_s"}``.
     """
-    from plasticity.data import official_splits
-
     splits = official_splits(name, data_dir, num_classes=num_classes)
     directory = prepared_path(name, prepared_dir, img_size)
     directory.mkdir(parents=True, exist_ok=True)
@@ -188,61 +184,3 @@ def prepare(
     write_json_atomic(directory / "info.json", info)
     return {"dir": str(directory), "split_hash": splits.split_hash, "sizes": splits.sizes(), "decoded": decoded,
             "seconds": round(seconds, 2), "images_per_s": round(decoded / seconds, 1) if decoded else None}
-
-
-# ----------------------------------------------------------------------------- recipes
-
-
-def _workers(value: int | str) -> int:
-    return max(1, (os.cpu_count() or 1) - 1) if value == "auto" else int(value)
-
-
-class _DataTask:
-    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
-        self.cfg, self.run_dir = cfg, Path(run_dir)
-
-    @property
-    def img_size(self) -> int:
-        from plasticity.models import input_size
-
-        return int(self.cfg.task.get("img_size") or input_size(self.cfg.model.name, self.cfg.model.get("kwargs")))
-
-    @property
-    def prepared_dir(self) -> Path:
-        return prepared_root(self.cfg.paths.data_dir, self.cfg.paths.get("prepared_dir"))
-
-
-class Prepare(_DataTask):
-    """Recipe of ``task=prepare``: decode a JPEG dataset once into memory-mappable arrays."""
-
-    def run(self) -> dict[str, Any]:
-        data = self.cfg.dataset
-        src = source(data.name)
-        src.ensure(self.cfg.paths.data_dir, download=data.download)
-        if src.kind != "files":
-            log.info("%s is stored as arrays already: nothing to decode", data.name)
-            return {"prepared": False, "reason": "stored as arrays already"}
-        result = prepare(data.name, self.cfg.paths.data_dir, self.prepared_dir, self.img_size,
-                         train_size=int(self.cfg.task.train_size), workers=_workers(self.cfg.task.workers),
-                         num_classes=data.get("num_classes"))
-        log.info("prepared %s in %s (%s)", data.name, result["dir"], result["sizes"])
-        return {"prepared": True, **result}
-
-
-class InspectData(_DataTask):
-    """Recipe of ``task=inspect_data``: sizes, classes and split hash, written to ``data_info.json``."""
-
-    def run(self) -> dict[str, Any]:
-        from plasticity.data import load_splits
-
-        data = self.cfg.dataset
-        splits = load_splits(data.name, self.cfg.paths.data_dir, severity=data.severity, limit=data.limit,
-                             download=data.download,
-                             img_size=self.img_size, num_classes=data.get("num_classes"),
-                             prepared_dir=self.prepared_dir)
-        info = {"dataset": data.name, "num_classes": splits.num_classes, **splits.sizes(),
-                "split_hash": splits.split_hash, "severity": data.severity, "prepared": splits.prepared,
-                "kind": source(data.name).kind, "img_size": self.img_size}
-        write_json_atomic(self.run_dir / DATA_INFO, info)
-        print("  ".join(f"{k}={v}" for k, v in info.items()), flush=True)
-        return info

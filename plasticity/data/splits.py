@@ -1,0 +1,164 @@
+"""The split protocol (paper App. C.2): a dataset's official parts -> train / val / test.
+
+A dataset's on-disk format is read by its :class:`plasticity.data.sources.Source`; this module
+turns the official parts into train/val/test, independent of the run seed:
+
+* sets with an official test split (CIFAR, Fashion-MNIST, Flowers102, Pets): the test split is
+  kept; validation is 20 % of the training part (``split_indices(n, 0.8, 42)``);
+* sets without one (Cifar10-C, DomainNet, Fashion-MNIST-C): ``RandomState(42).permutation``,
+  first 80 % train+val, the rest test; then validation is 20 % of that train part;
+* the plasticity reference (ImageNet val): everything is ``test``, in class-folder order.
+
+Every split set gets a ``split_hash``: equal hashes mean two runs saw the same examples.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from plasticity.data.sources import SOURCES, ArraySet, DataError, FileSet, ImageFolder, check_severity, source
+
+__all__ = ["DATASETS", "Splits", "apply_limit", "expected_classes", "official_splits", "split_indices"]
+
+DATASETS: dict[str, int] = {name: src.num_classes for name, src in SOURCES.items()}
+"""Every dataset name and its number of classes."""
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Train/val/test sets of one dataset.
+
+    Attributes:
+        train: Training set: an :class:`ArraySet` (in memory, or prepared and memory-mapped with
+            original sizes) or a :class:`FileSet` (JPEG path).
+        val: Validation set (an :class:`ArraySet` whose images may decode lazily).
+        test: Test set (likewise).
+        num_classes: Number of classes.
+        split_hash: 12 hex characters hashing the dataset name, severity and every split's
+            indices and labels (and file names); equal hashes mean two runs saw the same examples.
+        prepared: Whether the images come from ``task=prepare`` arrays.
+    """
+
+    train: ArraySet | FileSet
+    val: ArraySet | FileSet
+    test: ArraySet | FileSet
+    num_classes: int
+    split_hash: str
+    prepared: bool = False
+
+    def sizes(self) -> dict[str, int]:
+        return {"train": len(self.train), "val": len(self.val), "test": len(self.test)}
+
+
+# ----------------------------------------------------------------------------- splits
+
+
+def split_indices(n: int, fraction: float = 0.8, seed: int = 42) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic two-way split, the official code's 80/20 convention.
+
+    Args:
+        n: Number of items.
+        fraction: Share of the first part, in ``(0, 1)``.
+        seed: Seed of ``np.random.RandomState``; fixed so splits never depend on the run.
+
+    Returns:
+        ``(first, second)`` index arrays (int64): the first ``round(fraction * n)`` entries of
+        ``RandomState(seed).permutation(n)`` and the rest.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"fraction must be in (0, 1), got {fraction}")
+    perm = np.random.RandomState(seed).permutation(n).astype(np.int64)
+    k = int(round(fraction * n))
+    return perm[:k], perm[k:]
+
+
+def _split_hash(name: str, severity: int | None, parts: list[tuple[ArraySet | FileSet, np.ndarray]]) -> str:
+    """Hash the dataset identity and each split's (indices, labels[, file names])."""
+    h = hashlib.sha256(f"{name}|{severity}".encode())
+    for part, idx in parts:
+        h.update(np.ascontiguousarray(idx, dtype="<i8").tobytes())
+        h.update(b"|")
+        h.update(np.ascontiguousarray(part.labels, dtype="<i8").tobytes())
+        if isinstance(part, FileSet):
+            h.update("\n".join(part.files).encode())
+        h.update(b"#")
+    return h.hexdigest()[:12]
+
+
+def expected_classes(name: str, num_classes: int | None) -> int:
+    if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 1):
+        raise ValueError(f"dataset.num_classes={num_classes!r} must be a positive integer or null (the dataset's own).")
+    return num_classes or source(name).num_classes
+
+
+def _check_classes(name: str, data_dir: Path, labels: np.ndarray, expected: int) -> None:
+    src = source(name)
+    if isinstance(src, ImageFolder):
+        found = len(src.classes(data_dir))
+        if found != expected and not src.reference_only:  # the reference's labels are never used
+            raise DataError(
+                f"{name}: found {found} class folders in {src.path(data_dir)}, expected {expected} "
+                f"(an incomplete extraction?). Fix: fetch the whole dataset ({src.fetch}), or set "
+                f"dataset.num_classes={found} to use these classes only."
+            )
+    elif len(labels) and (labels.min() < 0 or labels.max() >= expected):
+        raise DataError(f"{name}: labels span {labels.min()}..{labels.max()}, outside 0..{expected - 1} "
+                        f"(dataset.num_classes={expected}); the files in {src.path(data_dir)} are corrupt.")
+
+
+def official_splits(name: str, data_dir: str | Path, *, severity: int = 5, num_classes: int | None = None) -> Splits:
+    """Apply the split protocol (module docstring) to a dataset's official parts.
+
+    JPEG datasets come back as :class:`FileSet` splits (nothing is decoded).
+
+    Args:
+        name: A key of :data:`DATASETS`.
+        data_dir: Root data folder.
+        severity: Corruption severity ``1..5`` (``*_c`` sets).
+        num_classes: Expected number of classes (None: the dataset's own).
+
+    Raises:
+        ValueError: Unknown name, bad severity or bad ``num_classes``.
+        DataError: Data missing or corrupt, or class count different from ``num_classes``.
+    """
+    src = source(name)
+    check_severity(severity)
+    expected = expected_classes(name, num_classes)
+    parts = src.read(data_dir, severity)
+    if "all" in parts:
+        whole = parts["all"]
+        trainval_idx, test_idx = split_indices(len(whole), 0.8, 42)
+        tr, va = split_indices(len(trainval_idx), 0.8, 42)
+        base, train_idx, val_idx = whole, trainval_idx[tr], trainval_idx[va]
+        test, test_src = whole.subset(test_idx), test_idx
+    elif "train" in parts:
+        base = parts["train"]
+        train_idx, val_idx = split_indices(len(base), 0.8, 42)
+        test = parts["test"]
+        test_src = np.arange(len(test), dtype=np.int64)
+    else:  # the reference: test only, in order
+        test = parts["test"]
+        base, train_idx, val_idx = test, np.zeros(0, np.int64), np.zeros(0, np.int64)
+        test_src = np.arange(len(test), dtype=np.int64)
+    train, val = base.subset(train_idx), base.subset(val_idx)
+    all_labels = np.concatenate([train.labels, val.labels, test.labels])
+    _check_classes(name, Path(data_dir), all_labels, expected)
+    corrupted = name.startswith(("cifar10_c/", "fashion_mnist_c/"))
+    digest = _split_hash(name, severity if corrupted else None,
+                         [(train, train_idx), (val, val_idx), (test, test_src)])
+    return Splits(train, val, test, expected, digest)
+
+
+def apply_limit(train: ArraySet | FileSet, limit: int | None) -> ArraySet | FileSet:
+    if limit is None:
+        return train
+    if not isinstance(limit, int) or limit <= 0:
+        raise ValueError(f"dataset.limit={limit!r} must be a positive number of train images or null (all).")
+    if isinstance(train, ArraySet):
+        sizes = None if train.sizes is None else train.sizes[:limit]
+        return ArraySet(train.images[:limit], train.labels[:limit], sizes)
+    return train.subset(np.arange(min(limit, len(train))))

@@ -1,0 +1,26 @@
+"""Run bookkeeping: atomic files, the result record and config identity, one process per run.
+
+Separate from the data layer and from the recipes: a run directory holds ``result.json`` (the
+record, written atomically), ``config.yaml`` (the resolved config), ``run.json`` (started marker),
+``.lock`` (held by the one process that runs it) and what the recipe writes.
+"""
+
+from plasticity.runs.io import atomic_path, read_json, write_csv_atomic, write_json_atomic, write_text_atomic
+from plasticity.runs.lock import RunLock, lock_holder
+from plasticity.runs.record import (
+    CONFIG_FILE,
+    FINISHED,
+    RESULT_FILE,
+    STARTED_FILE,
+    config_diff,
+    config_hash,
+    find_results,
+    protocol,
+    read_result,
+)
+
+__all__ = [
+    "CONFIG_FILE", "FINISHED", "RESULT_FILE", "STARTED_FILE", "RunLock", "atomic_path", "config_diff", "config_hash",
+    "find_results", "lock_holder", "protocol", "read_json", "read_result", "write_csv_atomic", "write_json_atomic",
+    "write_text_atomic",
+]

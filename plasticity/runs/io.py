@@ -1,0 +1,79 @@
+"""Atomic file writing: readers never see a partial JSON, CSV, array, weights file or figure.
+
+Every file the framework writes goes through :func:`atomic_path` (a unique temporary file beside
+the target, renamed over it on success), so an interrupted or killed process leaves either the
+old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+__all__ = ["atomic_path", "read_json", "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yields a unique temporary path beside ``path`` (same suffix); renames it over ``path`` on
+    success, removes it on failure. Readers never see a partial file.
+
+    Example:
+        >>> with atomic_path("out/rates.npy") as tmp:  # doctest: +SKIP
+        ...     np.save(tmp, rates)
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{uuid.uuid4().hex[:8]}{path.suffix}")
+    try:
+        yield tmp
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    """Writes JSON atomically and durably (fsync before the rename)."""
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        json.dump(obj, f, indent=2, default=str)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Writes ``text`` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_csv_atomic(path: str | Path, rows: list[dict], columns: Iterable[str]) -> None:
+    """Writes ``rows`` as CSV atomically with the given columns (None and NaN as empty cells)."""
+    columns = list(columns)
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: _cell(row.get(k)) for k in columns})
+
+
+def _cell(value: Any) -> Any:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return value
+
+
+def read_json(path: str | Path) -> dict | None:
+    """The JSON object in ``path``, or ``None`` when the file is missing or unreadable."""
+    try:
+        value = json.loads(Path(path).read_text())
+    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return value if isinstance(value, dict) else None

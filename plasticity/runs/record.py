@@ -1,0 +1,86 @@
+"""Run records: the ``result.json`` of each run directory, its config identity and conflicts.
+
+A record holds at least ``task, dataset, model, ..., seed, status`` (``done`` | ``diverged`` |
+``failed``), the recipe's results, ``wall_s`` and ``config_hash``; ``error`` when failed.
+Accuracies are fractions in [0, 1]. :func:`config_hash` covers exactly the config keys that
+change what a run computes; :func:`config_diff` names them when two configs differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from plasticity.runs.io import read_json
+
+__all__ = ["CONFIG_FILE", "FINISHED", "RESULT_FILE", "STARTED_FILE", "config_diff", "config_hash",
+           "find_results", "protocol", "read_result"]
+
+RESULT_FILE = "result.json"
+CONFIG_FILE = "config.yaml"
+STARTED_FILE = "run.json"
+FINISHED = ("done", "diverged")
+"""Statuses of finished work: never modified or deleted by a later launch."""
+
+NOT_PROTOCOL = ("hydra", "paths", "logger", "callbacks", "sweep", "print_config", "threads", "matmul_precision",
+                "resume", "run_name", "sweep_dir")
+"""Top-level config keys that do not change what a run computes: where it writes, how it reports."""
+NOT_PROTOCOL_SUBKEYS = ("trainer.enable_progress_bar", "dataset.num_workers", "dataset.download", "task.always_run")
+
+
+def protocol(cfg: DictConfig | dict) -> dict[str, Any]:
+    """The resolved config without the keys that do not change the computation, flattened to
+    dotted keys (``{"optimizer.lr": 0.01, ...}``)."""
+    container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    for key in NOT_PROTOCOL:
+        container.pop(key, None)
+    flat = _flatten(container)
+    for key in NOT_PROTOCOL_SUBKEYS:
+        flat.pop(key, None)
+    return flat
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix[:-1]: tree}
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        flat.update(_flatten(value, f"{prefix}{key}."))
+    return flat
+
+
+def config_hash(cfg: DictConfig | dict) -> str:
+    """Short hash of everything in the resolved config that changes what a run computes."""
+    blob = json.dumps(protocol(cfg), sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(key, old value, new value)`` for every protocol key that differs (missing: ``None``)."""
+    keys = sorted(set(old) | set(new))
+    return [(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
+
+
+def read_result(run_dir: str | Path) -> dict | None:
+    """The run's record, or ``None`` when it has none (or an unreadable one)."""
+    return read_json(Path(run_dir) / RESULT_FILE)
+
+
+def find_results(root: str | Path) -> list[tuple[Path, dict]]:
+    """Every readable (run directory, record) under ``root``, sorted by path.
+
+    Hidden folders (``.replaced-*`` archives, ``.sweeps`` journals, ``.submitit``) are skipped.
+    """
+    found = []
+    root = Path(root)
+    for path in sorted(root.rglob(RESULT_FILE)):
+        if any(part.startswith(".") for part in path.relative_to(root).parts[:-1]):
+            continue
+        record = read_result(path.parent)
+        if record is not None:
+            found.append((path.parent, record))
+    return found
