@@ -47,7 +47,7 @@ run: setup data
 	$(PY) launch.py -m experiment=quickstart
 	$(PY) launch.py experiment=quickstart_plasticity
 	$(PY) launch.py experiment=quickstart_bounds
-	$(PY) -m plasticity.summary --outputs outputs
+	$(PY) -m plasticity.report.summary --outputs outputs
 	$(PY) launch.py task=report sweep_dir=outputs print_config=false
 
 test: setup

@@ -1,24 +1,35 @@
-"""The one entry point: ``python launch.py [-m] key=value ...`` (see conf/config.yaml)."""
+"""The one entry point: ``python launch.py [-m] key=value ...`` (see conf/config.yaml).
+
+Starting is light: torch, timm and Lightning load only when a task runs, so ``--help`` and
+``--cfg job`` answer at once.
+"""
 
 import os
+import sys
 from pathlib import Path
 
 # Jobs that run in other processes (submitit local or SLURM) import the package from this checkout
 # even when it is not pip-installed.
-_ROOT = str(Path(__file__).resolve().parent)
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)
+_ROOT = Path(__file__).resolve().parent
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH")) if p)
+if str(_ROOT) not in sys.path:
+    sys.path.insert(0, str(_ROOT))
 
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-import plasticity  # noqa: E402,F401  (registers the framework's timm models)
-from plasticity.job import run_job  # noqa: E402
+import plasticity  # noqa: E402,F401  (registers the config resolvers)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> dict:
+    from plasticity.job import run_job
+
     return run_job(cfg)
 
 
 if __name__ == "__main__":
+    from plasticity.cli import precheck
+
+    precheck(sys.argv[1:], _ROOT / "conf")
     main()

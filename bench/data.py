@@ -11,7 +11,7 @@ at ``--img`` px with the same DataLoader workers and batch size:
   then normalisation on ``--device``;
 - ``prepared``: the arrays of ``task=prepare`` (memory-mapped, train images squashed to
   ``--train-size``), batches gathered by index, RandomResizedCrop + flip + normalisation on
-  ``--device`` by :class:`plasticity.augment.DeviceTransform`;
+  ``--device`` by :class:`plasticity.data.augment.DeviceTransform`;
 
 and prints the ratio prepared / jpeg, for the loader alone (what the CPU must deliver while an
 accelerator trains) and with the device transform run on ``--device``, plus the one-time cost of
@@ -35,9 +35,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from plasticity.augment import DeviceTransform  # noqa: E402
-from plasticity.data import DataModule  # noqa: E402
-from plasticity.prepare import prepare  # noqa: E402
+from plasticity.data import DataSpec, prepare  # noqa: E402
+from plasticity.data.augment import DeviceTransform  # noqa: E402
+from plasticity.data.datamodule import DataModule  # noqa: E402
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 CLASSES = 8
@@ -93,8 +93,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_jpegs(root, args.n)
-        common = dict(micro_batch_size=args.batch, num_workers=args.workers, img_size=args.img, num_classes=CLASSES)
-        jpeg = DataModule("domainnet/clipart", str(root), prepared_dir=str(root / "none"), **common)
+        spec = DataSpec("domainnet/clipart", str(root), img_size=args.img, num_classes=CLASSES)
+        common = dict(micro_batch_size=args.batch, num_workers=args.workers)
+        jpeg = DataModule(spec.replace(prepared_dir=str(root / "none")), **common)
         jpeg.setup()
         normalise = DeviceTransform(args.img, MEAN, STD, train=False).to(device)
         jpeg_loader = rate(jpeg, None, device, args.batches)
@@ -103,7 +104,7 @@ def main() -> None:
         done = prepare("domainnet/clipart", root, root / "prepared", args.img, train_size=args.train_size,
                        workers=max(1, args.workers), num_classes=CLASSES)
         prepare_rate = args.n / (time.perf_counter() - start)
-        arrays = DataModule("domainnet/clipart", str(root), **common)
+        arrays = DataModule(spec, **common)
         arrays.setup()
         assert arrays.splits.prepared and done["sizes"]["train"] == len(arrays.splits.train)
         augment = DeviceTransform(args.img, MEAN, STD, train=True).to(device)

@@ -22,11 +22,12 @@ from pathlib import Path
 
 # This file is named like the package: keep its own folder off the import path.
 sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, installed or not
 
 import torch  # noqa: E402
 
 import plasticity  # noqa: E402,F401
-from plasticity.measure import apply_module, embed_tokens, measure, pair_rates, RunningStats, stat_keys
+from plasticity.measure import RunningStats, apply_module, embed_tokens, measure, pair_rates, stat_keys  # noqa: E402
 from plasticity.models import create_model  # noqa: E402
 
 

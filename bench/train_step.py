@@ -14,15 +14,21 @@ gradients still flow down to block 0), a head-only step about 0.34 (forward only
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
-import torch
-import torch.nn.functional as F
+# bench/plasticity.py is named like the package: keep this folder off the import path.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository, installed or not
 
-import plasticity  # noqa: F401  (registers vit_micro_patch7_28)
-from plasticity.components import COMPONENTS, freeze, select
-from plasticity.models import create_model
-from plasticity.module import FinetuneModule
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import plasticity  # noqa: E402,F401  (registers vit_micro_patch7_28)
+from plasticity.components import COMPONENTS, freeze, select  # noqa: E402
+from plasticity.models import create_model  # noqa: E402
+from plasticity.module import FinetuneModule  # noqa: E402
 
 
 def measure(args: argparse.Namespace, component: str) -> dict:

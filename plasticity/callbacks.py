@@ -1,7 +1,8 @@
-"""Lightning callbacks of the framework."""
+"""Lightning callbacks of the framework: :class:`PlasticityCallback` (P(f) logged during finetuning)."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import lightning as L
@@ -9,8 +10,10 @@ import numpy as np
 import torch
 
 from plasticity.components import GROUPS
-from plasticity.data import load_splits
+from plasticity.data import DataSpec, load_splits
 from plasticity.measure import measure, pair_indices
+
+log = logging.getLogger(__name__)
 
 
 class PlasticityCallback(L.Callback):
@@ -22,23 +25,37 @@ class PlasticityCallback(L.Callback):
     ``plasticity/<group>`` (mean over blocks), ``plasticity/<group>/block_<i>`` and
     ``plasticity/cost``, the fraction of the training wall time spent measuring.
 
+    The reference is read like the run's own data: its :class:`~plasticity.data.DataSpec` is the
+    datamodule's (same data dir, prepared arrays' root, severity and input size) with
+    ``name=reference`` and no training limit or class count, so a JPEG reference comes from its
+    ``task=prepare`` arrays whenever they exist (:attr:`reference_prepared`).
+
     Args:
         reference: Dataset of the reference images (the pretraining distribution).
-        data_dir: Where the reference dataset lives.
         every_n_steps: Optimizer steps between measurements.
         n_pairs: Number of fixed pairs.
         batch_size: Pairs per forward (2 x batch_size images).
         mode: ``embedding`` (the paper's) or ``layer``.
         groups: Groups to measure.
-        severity: Severity of a corrupted reference dataset.
+
+    Attributes:
+        reference_spec: What the reference was read from (set in ``setup``).
+        reference_prepared: Whether the reference images came from prepared arrays.
+        pair_indices: ``(reference test rows, downstream val rows)`` of the pairs.
+        pairs: The paired uint8 images ``(n_pairs, C, H, W)`` each, kept on the host.
     """
 
-    def __init__(self, reference: str, data_dir: str, every_n_steps: int = 100, n_pairs: int = 256,
-                 batch_size: int = 128, mode: str = "embedding", groups: tuple[str, ...] = GROUPS,
-                 severity: int = 5) -> None:
-        self.reference, self.data_dir, self.severity = reference, data_dir, severity
+    def __init__(self, reference: str, every_n_steps: int = 100, n_pairs: int = 256, batch_size: int = 128,
+                 mode: str = "embedding", groups: tuple[str, ...] = GROUPS) -> None:
+        if every_n_steps <= 0 or n_pairs <= 0 or batch_size <= 0:
+            raise ValueError(f"every_n_steps={every_n_steps}, n_pairs={n_pairs} and batch_size={batch_size} "
+                             f"must be positive")
+        self.reference = reference
         self.every_n_steps, self.n_pairs, self.batch_size = every_n_steps, n_pairs, batch_size
         self.mode, self.groups = mode, tuple(groups)
+        self.reference_spec: DataSpec | None = None
+        self.reference_prepared = False
+        self.pair_indices: tuple[np.ndarray, np.ndarray] | None = None
         self.pairs: tuple[torch.Tensor, torch.Tensor] | None = None
         self.measure_s = 0.0
         self._start = 0.0
@@ -47,12 +64,33 @@ class PlasticityCallback(L.Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit" or self.pairs is not None:
             return
-        ref = load_splits(self.reference, self.data_dir, severity=self.severity,
-                          img_size=pl_module.eval_transform.img_size).test
-        down = trainer.datamodule.splits.val
+        datamodule = trainer.datamodule
+        spec = getattr(datamodule, "spec", None)
+        if not isinstance(spec, DataSpec):
+            raise TypeError("PlasticityCallback reads its reference like the run's data: it needs a datamodule "
+                            "with a DataSpec (plasticity.data.datamodule.DataModule), got "
+                            f"{type(datamodule).__name__}")
+        self.reference_spec = spec.replace(name=self.reference, limit=None, num_classes=None)
+        splits = load_splits(self.reference_spec)
+        self.reference_prepared = splits.prepared
+        ref = splits.test
+        if datamodule.splits is None:
+            datamodule.setup(stage)
+        down = datamodule.splits.val
         ri, di = pair_indices(len(ref), len(down), self.n_pairs, "sequential")
         as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a)).permute(0, 3, 1, 2)  # noqa: E731
+        self.pair_indices = ri, di
         self.pairs = as_tensor(ref.images[ri]), as_tensor(down.images[di])
+        source = self.reference_spec.source
+        if source.kind == "files" and not self.reference_prepared:
+            log.warning("plasticity reference %s: decoding %d JPEG files (no prepared arrays for img_size %d under "
+                        "%s). Run `python launch.py task=prepare dataset=%s` (with the same paths.prepared_dir) "
+                        "to read them from arrays.", self.reference, len(np.unique(ri)), spec.img_size,
+                        self.reference_spec.prepared_root, self.reference)
+        else:
+            log.info("plasticity reference %s: %d test images from %s", self.reference, len(ref),
+                     f"prepared arrays under {self.reference_spec.prepared_root}" if self.reference_prepared
+                     else "its array files")
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = time.perf_counter()
@@ -64,11 +102,16 @@ class PlasticityCallback(L.Callback):
             self._measure(trainer, pl_module)
 
     def _batches(self, pl_module: L.LightningModule):
+        """``2 x batch_size`` transformed images a batch: the reference halves, then the downstream ones.
+
+        Each half is transformed on its own: the reference and the downstream images may differ in
+        size and channels (e.g. 224 px RGB ImageNet against 28 px grayscale Fashion-MNIST).
+        """
         x, y = self.pairs
+        device, transform = pl_module.device, pl_module.eval_transform
         for start in range(0, self.n_pairs, self.batch_size):
             stop = start + self.batch_size
-            images = torch.cat([x[start:stop], y[start:stop]]).to(pl_module.device)
-            yield pl_module.eval_transform(images)
+            yield torch.cat([transform(x[start:stop].to(device)), transform(y[start:stop].to(device))])
 
     @torch.no_grad()
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

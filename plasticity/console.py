@@ -1,4 +1,7 @@
-"""What the framework prints: the resolved config as a tree and a table of run records."""
+"""What the framework prints: the config tree, problems, one line per finished run, sweep tables.
+
+Light on purpose (rich and omegaconf only): the sweep callback imports it in every launch.
+"""
 
 from __future__ import annotations
 
@@ -33,10 +36,19 @@ def console() -> Console:
     return con if con.is_terminal else Console(width=200)
 
 
-def print_config_tree(cfg: DictConfig, con: Console | None = None) -> None:
-    """Prints the resolved config as a rich tree, main groups first."""
-    tree = Tree("config", guide_style="dim")
-    keys = [k for k in ORDER if k in cfg] + [k for k in cfg if k not in ORDER]
+def print_config_tree(cfg: DictConfig, sections: tuple[str, ...] | None = None, con: Console | None = None,
+                      title: str = "config") -> None:
+    """Prints the resolved config as a rich tree, main groups first.
+
+    Args:
+        cfg: The job config.
+        sections: Only these top-level keys (the recipe's; None: all but ``hydra``).
+        con: Where to print.
+        title: The tree's root label.
+    """
+    tree = Tree(title, guide_style="dim")
+    keep = [k for k in cfg if k != "hydra" and (sections is None or k in sections)]
+    keys = [k for k in ORDER if k in keep] + [k for k in keep if k not in ORDER]
     for key in keys:
         value = cfg[key]
         text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, DictConfig) else str(value)
@@ -67,3 +79,30 @@ def results_table(records: Iterable[dict], title: str = "runs") -> Table:
     for r in records:
         table.add_row(*(_cell(r, key, fmt) for (_, key, fmt), _ in varying))
     return table
+
+
+def print_problems(problems: list[str], header: str = "", con: Console | None = None) -> None:
+    """Prints every problem of a config (to stderr), then that nothing was run or written."""
+    con = con or Console(stderr=True, width=None if Console(stderr=True).is_terminal else 200)
+    count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
+    con.print(f"[bold red]error[/bold red]: {header or 'the config has'} {count}; nothing was run or written:",
+              highlight=False)
+    for problem in problems:
+        con.print(f"  - {problem}", highlight=False, soft_wrap=True)
+
+
+def run_line(record: dict) -> str:
+    """One line for a finished run: status, best val acc, test acc, best step, wall time, directory."""
+    status = record.get("status", "?")
+    color = {"done": "green", "diverged": "yellow", "failed": "red"}.get(status, "white")
+    parts = [f"[bold {color}]{status}[/bold {color}]"]
+    for key, name in (("best_val_acc", "best val"), ("test_acc", "test")):
+        if isinstance(record.get(key), (int, float)):
+            parts.append(f"{name} {100 * record[key]:.2f}%")
+    if record.get("best_step") is not None:
+        parts.append(f"best step {record['best_step']}")
+    if record.get("wall_s") is not None:
+        parts.append(f"wall {record['wall_s']:.0f} s")
+    if status != "done" and record.get("error"):
+        parts.append(str(record["error"]).splitlines()[0][:200])
+    return "  ".join(parts) + f"  {record.get('run_dir', '')}"

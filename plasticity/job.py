@@ -1,101 +1,176 @@
-"""One Hydra job: check the config, run the task, record the outcome; never lose what is done.
+"""One Hydra job: validate, own the run directory, run the recipe, record the outcome.
 
-Every job owns a deterministic directory (``outputs/<task>/<dataset>/<model>/<component>/
-lr_<lr>/seed_<seed>``) and ends with a ``result.json`` written atomically, whatever happened:
-``done``, ``diverged`` (NaN/inf loss) or ``failed`` (any other exception, with its message).
-A job whose record says done (or diverged) for the same config returns at once. In a multirun a
-failure is recorded and the sweep goes on; the sweep summary exits non-zero at the end.
+The order is what makes runs trustworthy:
+
+1. **Validate** the whole config (every problem at once). A rejected job writes nothing and
+   removes the empty folder Hydra made for it.
+2. **Lock** the run directory (:class:`plasticity.runs.RunLock`): a second launch of a run in
+   progress says where it runs and skips it (status ``running``), touching none of its files.
+3. **Inspect** it (:func:`plasticity.runs.state.inspect_run`): the same finished config is
+   skipped; a finished or interrupted run of another config is never touched (the job stops
+   naming the differing keys) unless ``sweep.overwrite=true``, which moves it aside; an
+   interrupted run of the same config resumes.
+4. **Run** the recipe and write ``result.json`` atomically whatever happened: ``done``,
+   ``diverged`` (NaN/inf loss) or ``failed`` (any other exception, with its message). In a
+   multirun a failure is recorded and the sweep goes on; the sweep summary exits non-zero.
 """
 
 from __future__ import annotations
 
 import logging
-import shutil
+import socket
 import time
 import traceback
-import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from plasticity.analysis import Bounds, Plasticity
-from plasticity.config import ConfigError, check
-from plasticity.console import print_config_tree
-from plasticity.data import DataError
-from plasticity.finetune import CHECKPOINT_DIR, Finetune
-from plasticity.models import WeightsError
-from plasticity.module import Diverged
-from plasticity.prepare import InspectData, Prepare
-from plasticity.pretrain import Pretrain
-from plasticity.report import Report
-from plasticity.results import RESULT_FILE, config_hash, identity, read_json, read_result, write_json_atomic
+from plasticity.console import console, print_config_tree, run_line
+from plasticity.errors import USER_ERRORS
+from plasticity.runs import CONFIG_FILE, RESULT_FILE, STARTED_FILE, RunLock, config_hash, write_json_atomic
+from plasticity.runs.state import archive_run, clear_stale, conflict_message, inspect_run
 
 log = logging.getLogger(__name__)
-# Known-harmless notices that would bury the run's own output.
-warnings.filterwarnings("ignore", message=".*isinstance\\(treespec, LeafSpec\\).*")
-warnings.filterwarnings("ignore", message=".*overridden `on_after_batch_transfer`.*")
-warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-warnings.filterwarnings("ignore", message="Experiment logs directory .* exists and is not empty.*")
-logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(
-    lambda record: "litlogger" not in record.getMessage()
-)
+LOG_FILE = "launch.log"
+VALIDATED: set[str] = set()
+"""Run directories whose config this process already validated (the sweep callback does it first)."""
 
 
-TASKS = {"finetune": Finetune, "pretrain": Pretrain, "plasticity": Plasticity, "bounds": Bounds, "report": Report,
-         "prepare": Prepare, "inspect_data": InspectData}
-FINISHED = ("done", "diverged")
-RUN_FILE = "run.json"
-# Errors whose message says everything: no traceback needed.
-USER_ERRORS = (ConfigError, DataError, WeightsError, FileNotFoundError)
+def quiet_libraries() -> None:
+    """Silences known-harmless notices that would bury the run's own output."""
+    import warnings
+
+    for message in (".*isinstance\\(treespec, LeafSpec\\).*", ".*overridden `on_after_batch_transfer`.*",
+                    ".*does not have many workers.*", "Experiment logs directory .* exists and is not empty.*",
+                    "Checkpoint directory .* exists and is not empty.*", ".*The `srun` command is available.*",
+                    ".*`ModelCheckpoint\\(monitor=.*",):
+        warnings.filterwarnings("ignore", message=message)
+    harmless = ("litlogger", "GPU available:", "TPU available:", "HPU available:", "LOCAL_RANK:", "The `srun` command",
+                "You are using a CUDA device", "Restoring states from the checkpoint", "Restored all states")
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
+                 "lightning.pytorch.accelerators.cuda"):
+        logging.getLogger(name).addFilter(lambda r: not any(h in r.getMessage() for h in harmless))
 
 
-def prepare_run_dir(run_dir: Path, chash: str) -> None:
-    """Marks the run as started; stale checkpoints of a different config are removed."""
-    started = read_json(run_dir / RUN_FILE)
-    if started and started.get("config_hash") != chash:
-        shutil.rmtree(run_dir / CHECKPOINT_DIR, ignore_errors=True)
-        (run_dir / "metrics.csv").unlink(missing_ok=True)
-    write_json_atomic(run_dir / RUN_FILE, {"config_hash": chash, "started": time.time()})
+def remove_if_empty(run_dir: Path, stop: Path) -> None:
+    """Removes ``run_dir`` and its parents up to (not including) ``stop`` while they are empty:
+    the folders Hydra created for a job that was then rejected."""
+    path, stop = run_dir.resolve(), stop.resolve()
+    while path != stop and stop in path.parents:
+        try:
+            path.rmdir()
+        except OSError:
+            return
+        path = path.parent
+
+
+def reject(problems: list[str], run_dir: Path, multirun: bool, identity: dict) -> dict[str, Any]:
+    """Prints every problem; nothing is written, the empty job folder goes away."""
+    from plasticity.console import print_problems
+
+    print_problems(problems)
+    hydra_cfg = HydraConfig.get()
+    remove_if_empty(run_dir, Path(hydra_cfg.sweep.dir if multirun else Path.cwd()))
+    if not multirun:
+        raise SystemExit(1)
+    return {**identity, "run_dir": str(run_dir), "status": "rejected", "error": "; ".join(problems)}
 
 
 def run_job(cfg: DictConfig) -> dict[str, Any]:
-    """Runs the task of one job and writes its ``result.json``.
+    """Runs the task of one job in its run directory (see the module docstring).
 
     Returns:
-        The result record (also the Hydra job's return value).
+        The job's record (also the Hydra job's return value; the sweep summary reads it).
 
     Raises:
-        SystemExit: with code 1 when a single (non-multirun) job fails.
+        SystemExit: with code 1 when a single (non-multirun) job is rejected, conflicts or fails.
     """
+    from plasticity.recipes import get, validate
+
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
+    recipe = get(str(cfg.task.name)) if _known_task(cfg) else None
+    identity = recipe.identity(cfg) if recipe else {"task": cfg.get("task", {}).get("name")}
+    if str(run_dir) not in VALIDATED:
+        problems = validate(cfg, local=True)
+        if problems:
+            return reject(problems, run_dir, multirun, identity)
+    lock = RunLock(run_dir)
+    if not lock.acquire():
+        return running(run_dir, identity, lock.holder)
+    try:
+        return own_run(cfg, recipe, run_dir, identity, multirun)
+    finally:
+        lock.release()
+
+
+def _known_task(cfg: DictConfig) -> bool:
+    from plasticity.recipes import names
+
+    return cfg.get("task", {}).get("name") in names()
+
+
+def running(run_dir: Path, identity: dict, holder: dict) -> dict[str, Any]:
+    where = ", ".join(f"{k} {v}" for k, v in holder.items()) or "another process"
+    console().print(f"[yellow]running[/yellow] {run_dir}: in progress elsewhere ({where}); skipped, nothing touched")
+    return {**identity, "run_dir": str(run_dir), "status": "running", "holder": holder, "skipped": True}
+
+
+def own_run(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bool) -> dict[str, Any]:
+    """Under the run's lock: skip, refuse, resume or run."""
+    if recipe.always_run:  # rebuilt at every launch (report, prepare, inspect_data)
+        return execute(cfg, recipe, run_dir, identity, multirun)
+    state = inspect_run(run_dir, cfg, recipe.sections)
+    if state.kind == "same":
+        if cfg.sweep.skip_done:
+            log.info("skipping %s: already %s with this config (sweep.skip_done=true)", run_dir, state.record["status"])
+            return {**state.record, "run_dir": str(run_dir), "skipped": True}
+        log.warning("sweep.skip_done=false: the finished run moved to %s", archive_run(run_dir))
+    elif state.kind == "conflict":
+        if not cfg.sweep.get("overwrite", False):
+            return reject([conflict_message(run_dir, state)], run_dir, multirun, identity)
+        log.warning("sweep.overwrite=true: the earlier run moved to %s", archive_run(run_dir))
+    elif state.kind == "failed" and state.diff:
+        clear_stale(run_dir)  # what a failed run of another config left must not be resumed
+    return execute(cfg, recipe, run_dir, identity, multirun)
+
+
+def start(cfg: DictConfig, recipe, run_dir: Path, multirun: bool) -> logging.Handler:
+    """Writes the config and the started marker, opens ``launch.log``, prints what runs."""
+    OmegaConf.save(cfg, run_dir / CONFIG_FILE, resolve=True)
+    hydra_cfg = HydraConfig.get()
+    write_json_atomic(run_dir / STARTED_FILE, {
+        "config_hash": config_hash(cfg, recipe.sections), "started": time.time(), "host": socket.gethostname(),
+        "overrides": list(hydra_cfg.overrides.task)})
+    handler = logging.FileHandler(run_dir / LOG_FILE)
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    logging.getLogger().addHandler(handler)
+    if multirun:
+        overrides = " ".join(hydra_cfg.overrides.task) or "(no overrides)"
+        console().print(f"[bold]job {hydra_cfg.job.num}[/bold] {overrides} -> {run_dir}", highlight=False)
+    elif cfg.get("print_config", True):
+        print_config_tree(cfg, recipe.sections + ("paths",) + (("logger", "callbacks") if "trainer" in recipe.sections else ()))
+    return handler
+
+
+def execute(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bool) -> dict[str, Any]:
+    """Runs the recipe and writes ``result.json`` whatever happens."""
+    import torch
+
+    from plasticity.module import Diverged
+
+    quiet_libraries()
     torch.set_num_threads(int(cfg.get("threads") or torch.get_num_threads()))
     torch.set_float32_matmul_precision(cfg.get("matmul_precision", "highest"))
-    record: dict[str, Any] = {**identity(cfg), "run_dir": str(run_dir)}
-    chash = config_hash(cfg)
-    previous = read_result(run_dir)
-    if cfg.sweep.get("dry_run", False):
-        status = previous.get("status") if previous and previous.get("config_hash") == chash else "to run"
-        log.info("dry run: %s (%s)", run_dir, status)
-        return {**record, "status": status, "dry_run": True}
-    if cfg.sweep.skip_done and previous and previous.get("status") in FINISHED and not cfg.task.get("always_run"):
-        if previous.get("config_hash") == chash:
-            log.info("skipping %s: already %s (sweep.skip_done=true)", run_dir, previous["status"])
-            return {**previous, "skipped": True}
-        log.warning("re-running %s: its record was made with a different config", run_dir)
-    if cfg.get("print_config", True):
-        print_config_tree(cfg)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-    start = time.perf_counter()
+    record: dict[str, Any] = {**identity, "run_dir": str(run_dir)}
+    handler = start(cfg, recipe, run_dir, multirun)
+    started = time.perf_counter()
     try:
-        check(cfg, tuple(TASKS))
-        prepare_run_dir(run_dir, chash)
-        record.update(TASKS[cfg.task.name](cfg, run_dir).run())
+        record.update(recipe(cfg, run_dir).run())
         record["status"] = "done"
     except Diverged as err:
         log.warning("run diverged: %s", err)
@@ -109,9 +184,11 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
             log.exception("run failed")
     finally:
         finish_wandb()
-    record.update(wall_s=round(time.perf_counter() - start, 2), config_hash=chash)
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    record.update(wall_s=round(time.perf_counter() - started, 2), config_hash=config_hash(cfg, recipe.sections))
     write_json_atomic(run_dir / RESULT_FILE, record)
-    log.info("%s: %s", record["status"], run_dir / RESULT_FILE)
+    console().print(run_line(record), highlight=False)
     if record["status"] == "failed" and not multirun:
         raise SystemExit(1)
     return record
@@ -119,9 +196,8 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
 
 def finish_wandb() -> None:
     """Ends the process's W&B run, so the next job of a multirun starts its own."""
-    try:
-        import wandb
-    except ImportError:
-        return
-    if wandb.run is not None:
+    import sys
+
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
         wandb.finish()

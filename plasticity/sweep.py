@@ -1,16 +1,25 @@
-"""Sweep bookkeeping: every multirun job is journaled; the launch ends with a summary table.
+"""The launch as a whole: every job checked before the first one runs, the dry run, the summary.
 
-A Hydra callback (registered in ``conf/config.yaml``). At the start of a multirun it draws a
-sweep id, which jobs inherit through the environment (in-process, submitit local or SLURM); each
-job's end writes ``<sweep dir>/.sweeps/<id>/<job num>.json`` with its record; the end of the
-multirun prints one row per job and exits non-zero naming the failed runs.
+A Hydra callback (registered in ``conf/config.yaml``):
+
+- ``on_run_start`` (a single run) and ``on_multirun_start`` (a sweep) validate every job's
+  config, and its run directory against a finished run of another config, *before* Hydra
+  creates any folder: one bad value in one job of an 84-job grid stops the launch with every
+  problem listed, and nothing is written. A SLURM launch is checked in the launching process
+  (the GPU itself is checked on the node).
+- ``sweep.dry_run=true`` lists every job (run path, status, whether its data and weights exist)
+  without creating a folder, loading a model or reading data beyond file headers.
+- Each multirun job's record is journaled under ``<sweep dir>/.sweeps/<id>/``; the end of the
+  sweep prints one row per job and exits non-zero naming the failed runs.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +27,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from plasticity.console import console, results_table
-from plasticity.results import read_json, write_json_atomic
+from plasticity.console import console, print_config_tree, print_problems, results_table
+from plasticity.runs.io import read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 SWEEP_ID = "PLASTICITY_SWEEP_ID"
@@ -31,11 +40,218 @@ def journal_dir(sweep_dir: str | Path, sweep_id: str) -> Path:
     return Path(sweep_dir) / ".sweeps" / sweep_id
 
 
+@dataclass
+class Job:
+    """One job of a launch, as the launcher will run it.
+
+    Attributes:
+        num: Its position in the sweep (Hydra's ``job.num``).
+        overrides: Its command-line overrides.
+        cfg: Its composed config (with the ``hydra`` node).
+        run_dir: Its run directory.
+        problems: Every problem found before compute.
+        state: What its run directory holds (``new``, ``same``, ``resume``, ``running`` ...).
+    """
+
+    num: int
+    overrides: list[str]
+    cfg: DictConfig | None
+    run_dir: Path | None = None
+    problems: list[str] = field(default_factory=list)
+    state: Any = None
+
+
+# ----------------------------------------------------------------------------------- planning
+
+
+def expand(config: DictConfig) -> list[list[str]]:
+    """The overrides of each job of a multirun, as Hydra's basic sweeper expands them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
+    params += list(config.hydra.overrides.task)
+    overrides = OverridesParser.create().parse_overrides(params)
+    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+
+
+class Composer:
+    """Composes job configs; jobs that differ only in values (``optimizer.lr=...``, ``seed=...``)
+    share one composition of their config groups, then get their values set."""
+
+    def __init__(self, config_name: str | None, choices: set[str]) -> None:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        self.config_name, self.choices = config_name, choices
+        self.parser = OverridesParser.create()
+        self.cache: dict[tuple[str, ...], DictConfig] = {}
+
+    def compose(self, overrides: list[str]) -> DictConfig:
+        from hydra import compose
+        from hydra.core.override_parser.types import OverrideType
+
+        groups, values = [], []
+        for text, override in zip(overrides, self.parser.parse_overrides(overrides)):
+            key = override.key_or_group
+            if key.startswith("hydra.") or key == "hydra":
+                continue
+            plain = override.type == OverrideType.CHANGE and key not in self.choices and "/" not in key
+            (values if plain else groups).append((text, override))
+        key = tuple(text for text, _ in groups)
+        if key not in self.cache:
+            self.cache[key] = compose(self.config_name, overrides=list(key), return_hydra_config=True)
+        cfg = self.cache[key].copy()
+        for text, override in values:
+            OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+        with open_dict(cfg.hydra):
+            cfg.hydra.overrides.task = overrides
+        return cfg
+
+
+def plan(config: DictConfig, config_name: str | None) -> list[Job]:
+    """Every job of the multirun with its composed config and run directory."""
+    composer = Composer(config_name, set(config.hydra.runtime.choices.keys()))
+    jobs = []
+    for num, overrides in enumerate(expand(config)):
+        try:
+            cfg = composer.compose(overrides)
+            run_dir = Path(os.path.abspath(f"{cfg.hydra.sweep.dir}/{cfg.hydra.sweep.subdir}"))
+            jobs.append(Job(num, overrides, cfg, run_dir))
+        except Exception as err:  # a value that does not fit its key: reported with the others
+            jobs.append(Job(num, overrides, None, problems=[f"{' '.join(overrides)}: {err}"]))
+    return jobs
+
+
+def launches_on_slurm(config: DictConfig) -> bool:
+    return "slurm" in str(config.hydra.launcher.get("_target_", "")).lower()
+
+
+# ----------------------------------------------------------------------------------- checking
+
+
+def check(job: Job, local: bool) -> Job:
+    """Fills ``job.problems`` (config validation, then a conflict with a finished run) and ``job.state``."""
+    from plasticity.recipes import get, names, validate
+    from plasticity.runs.state import conflict_message, inspect_run
+
+    if job.cfg is None:
+        return job
+    job.problems += validate(job.cfg, local=local)
+    task = job.cfg.task.name
+    if job.problems or task not in names():
+        return job
+    recipe = get(task)
+    if recipe.always_run:
+        job.state = None
+        return job
+    job.state = inspect_run(job.run_dir, job.cfg, recipe.sections)
+    if job.state.kind == "conflict" and not job.cfg.sweep.get("overwrite", False):
+        job.problems.append(conflict_message(job.run_dir, job.state))
+    return job
+
+
+def mark_validated(jobs: list[Job]) -> None:
+    """Jobs that run in this process need not validate again."""
+    from plasticity.job import VALIDATED
+
+    VALIDATED.update(str(job.run_dir) for job in jobs if job.run_dir is not None)
+
+
+def stop_on_problems(jobs: list[Job]) -> None:
+    bad = [job for job in jobs if job.problems]
+    if not bad:
+        return
+    if len(jobs) == 1:
+        print_problems(bad[0].problems)
+        raise SystemExit(1)
+    lines = [f"job {job.num} ({' '.join(job.overrides) or 'no overrides'}): {p}" for job in bad for p in job.problems]
+    print_problems(lines, header=f"{len(bad)} of {len(jobs)} jobs have")
+    raise SystemExit(1)
+
+
+# ----------------------------------------------------------------------------------- dry run
+
+
+STATUS = {"new": "to run", "same": "done (skip)", "resume": "to resume", "failed": "failed (re-run)",
+          "running": "running", "conflict": "conflict"}
+
+
+def dry_run(jobs: list[Job], started: float) -> None:
+    """Prints one row per job and a count per status; creates nothing."""
+    from rich.table import Table
+
+    from plasticity.validate import inputs_status
+
+    table = Table(title=f"dry run: {len(jobs)} jobs (nothing created, no model or data loaded)")
+    for column in ("job", "run dir", "status", "data", "weights", "problems"):
+        table.add_column(column)
+    counts: dict[str, int] = {}
+    for job in jobs:
+        data, weights = inputs_status(job.cfg) if job.cfg is not None else ("?", "?")
+        status = "rejected" if job.problems else STATUS.get(getattr(job.state, "kind", ""), "to run")
+        counts[status] = counts.get(status, 0) + 1
+        shown = [p for p in job.problems if p not in (data, weights)]
+        table.add_row(str(job.num), str(_relative(job.run_dir)), status, _short(data), _short(weights),
+                      "; ".join(shown)[:300] or "-")
+    con = console()
+    con.print(table)
+    todo = counts.get("to run", 0) + counts.get("to resume", 0) + counts.get("failed (re-run)", 0)
+    con.print(f"dry run: {len(jobs)} jobs, {todo} to run | " + " | ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+              + f" | checked in {time.perf_counter() - started:.1f} s", highlight=False)
+
+
+def _short(text: str) -> str:
+    return text if len(text) < 40 else text.split(":")[0][:40] + "..."
+
+
+def _relative(path: Path | None) -> Path | str:
+    if path is None:
+        return "?"
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+# ----------------------------------------------------------------------------------- callback
+
+
 class SweepSummary(Callback):
-    """Journals multirun jobs and prints the sweep's summary at its end."""
+    """Checks every job before any runs, journals multirun jobs, prints the sweep's summary."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        started = time.perf_counter()
+        job = Job(0, list(config.hydra.overrides.task), config, Path(os.path.abspath(str(config.hydra.run.dir))))
+        check(job, local=True)
+        if config.sweep.get("dry_run", False):
+            dry_run([job], started)
+            raise SystemExit(0)
+        stop_on_problems([job])
+        mark_validated([job])
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        started = time.perf_counter()
+        jobs = [check(job, local=not launches_on_slurm(config)) for job in plan(config, kwargs.get("config_name"))]
+        if config.sweep.get("dry_run", False):
+            dry_run(jobs, started)
+            raise SystemExit(0)
+        stop_on_problems(jobs)
+        mark_validated(jobs)  # the basic launcher runs the jobs in this process; others validate on their node
+        self._print_plan(jobs)
         os.environ[SWEEP_ID] = uuid.uuid4().hex[:12]
+
+    @staticmethod
+    def _print_plan(jobs: list[Job]) -> None:
+        """The config tree once (the first job's), then which keys vary across the jobs."""
+        from plasticity.recipes import get
+
+        first = jobs[0].cfg
+        if first.get("print_config", True):
+            recipe = get(first.task.name)
+            print_config_tree(first, recipe.sections + ("paths",), title=f"config (job 0 of {len(jobs)})")
+        varying = sorted({o.split("=", 1)[0] for job in jobs for o in job.overrides} -
+                         {o.split("=", 1)[0] for o in jobs[0].overrides if all(o in j.overrides for j in jobs)})
+        console().print(f"{len(jobs)} jobs" + (f", varying {', '.join(varying)}" if varying else ""), highlight=False)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         sweep_id = os.environ.get(SWEEP_ID)
@@ -58,16 +274,14 @@ class SweepSummary(Callback):
         records = [r for p in sorted(folder.glob("*.json")) if (r := read_json(p))]
         con = console()
         con.print(results_table(records, title=f"sweep {sweep_id}: {len(records)} runs"))
-        if any(r.get("dry_run") for r in records):
-            todo = sum(r.get("status") == "to run" for r in records)
-            con.print(f"dry run: {len(records)} jobs, {todo} to run, {len(records) - todo} finished | journal {folder}")
-            return
-        counts = {s: sum(r.get("status") == s for r in records) for s in ("done", "diverged", "failed")}
-        skipped = sum(bool(r.get("skipped")) for r in records)
-        con.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | "
-                      f"failed {counts['failed']} | journal {folder}")
-        failed = [r for r in records if r.get("status") == "failed"]
+        counts = {s: sum(r.get("status") == s for r in records) for s in ("done", "diverged", "failed", "running",
+                                                                           "rejected")}
+        skipped = sum(bool(r.get("skipped")) and r.get("status") != "running" for r in records)
+        con.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | failed "
+                  f"{counts['failed']} | running elsewhere {counts['running']} | rejected {counts['rejected']} | "
+                  f"journal {folder}", highlight=False)
+        failed = [r for r in records if r.get("status") in ("failed", "rejected")]
         for r in failed:
-            con.print(f"[red]failed[/red] {r.get('run_dir')}: {r.get('error')}")
+            con.print(f"[red]{r.get('status')}[/red] {r.get('run_dir')}: {r.get('error')}", highlight=False)
         if failed:
             raise SystemExit(1)

@@ -8,7 +8,7 @@ from torchvision.transforms import RandomResizedCrop
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as TF
 
-from plasticity.augment import DeviceTransform, resize_weights, sample_crops
+from plasticity.data.augment import DeviceTransform, resize_weights, sample_crops
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 

@@ -25,7 +25,7 @@ from plasticity.bounds import (
     token_stats,
 )
 from plasticity.components import GROUPS
-from plasticity.figures import plot_bounds
+from plasticity.report.figures import plot_bounds
 
 
 def rates(f, x, y):

@@ -8,16 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from plasticity.corruptions import CORRUPTIONS, corrupt
-from plasticity.data import (
-    DATASETS,
-    DataModule,
-    DataError,
-    check_data,
-    load_splits,
-    read_c_layout,
-    split_indices,
-)
+from plasticity.data import DATASETS, DataError, DataSpec, load_splits, split_indices
+from plasticity.data.corruptions import CORRUPTIONS, corrupt
+from plasticity.data.datamodule import DataModule
+from plasticity.data.sources import read_c_layout
 from tests.fixtures import fake_fashion_mnist, write_fashion_mnist
 
 N_TRAIN, N_TEST = 250, 120
@@ -32,7 +26,7 @@ def fmnist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def fmnist_c(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 10,000-image test set (like the real one) with gaussian_noise generated."""
     root = write_fashion_mnist(tmp_path_factory.mktemp("fmc"), n_train=20, n_test=10_000, seed=5)
-    load_splits("fashion_mnist_c/gaussian_noise", root)
+    load_splits(DataSpec("fashion_mnist_c/gaussian_noise", root))
     return root
 
 
@@ -62,7 +56,7 @@ def test_split_indices_rejects_bad_fraction() -> None:
 
 
 def test_fashion_mnist_sizes_types_and_content(fmnist: Path) -> None:
-    s = load_splits("fashion_mnist", fmnist)
+    s = load_splits(DataSpec("fashion_mnist", fmnist))
     assert (len(s.train), len(s.val), len(s.test)) == (200, 50, N_TEST)
     assert s.num_classes == 10 == DATASETS["fashion_mnist"]
     for part in (s.train, s.val, s.test):
@@ -77,37 +71,37 @@ def test_fashion_mnist_sizes_types_and_content(fmnist: Path) -> None:
 
 
 def test_split_hash_stable_and_sensitive(fmnist: Path, tmp_path: Path) -> None:
-    a, b = load_splits("fashion_mnist", fmnist), load_splits("fashion_mnist", fmnist)
+    a, b = load_splits(DataSpec("fashion_mnist", fmnist)), load_splits(DataSpec("fashion_mnist", fmnist))
     assert len(a.split_hash) == 12 and int(a.split_hash, 16) >= 0
     assert a.split_hash == b.split_hash
     bigger = write_fashion_mnist(tmp_path, n_train=N_TRAIN + 1, n_test=N_TEST, seed=3)
-    assert load_splits("fashion_mnist", bigger).split_hash != a.split_hash
-    assert load_splits("fashion_mnist", fmnist, limit=50).split_hash != a.split_hash
+    assert load_splits(DataSpec("fashion_mnist", bigger)).split_hash != a.split_hash
+    assert load_splits(DataSpec("fashion_mnist", fmnist, limit=50)).split_hash != a.split_hash
 
 
 def test_limit_caps_train_only(fmnist: Path) -> None:
-    full, small = load_splits("fashion_mnist", fmnist), load_splits("fashion_mnist", fmnist, limit=30)
+    full, small = load_splits(DataSpec("fashion_mnist", fmnist)), load_splits(DataSpec("fashion_mnist", fmnist, limit=30))
     assert len(small.train) == 30 and np.array_equal(small.train.images, full.train.images[:30])
     assert np.array_equal(small.val.labels, full.val.labels) and len(small.test) == N_TEST
     with pytest.raises(ValueError, match="limit"):
-        load_splits("fashion_mnist", fmnist, limit=0)
+        load_splits(DataSpec("fashion_mnist", fmnist, limit=0))
 
 
 def test_missing_fashion_mnist_raises_data_error(tmp_path: Path) -> None:
     expected = str((tmp_path / "FashionMNIST" / "raw").resolve())
     for call in (
-        lambda: load_splits("fashion_mnist", tmp_path),
-        lambda: check_data("fashion_mnist", tmp_path),
-        lambda: DataModule("fashion_mnist", str(tmp_path), micro_batch_size=4).check(),
-        lambda: load_splits("fashion_mnist_c/snow", tmp_path),
+        lambda: load_splits(DataSpec("fashion_mnist", tmp_path)),
+        lambda: DataSpec("fashion_mnist", tmp_path).check(),
+        lambda: DataModule(DataSpec("fashion_mnist", str(tmp_path)), micro_batch_size=4).check(),
+        lambda: load_splits(DataSpec("fashion_mnist_c/snow", tmp_path)),
     ):
         with pytest.raises(DataError) as err:
             call()
         assert expected in str(err.value) and "dataset.download" in str(err.value) and "make data" in str(err.value)
     with pytest.raises(DataError, match="FashionMNIST-C/snow.npy"):
-        load_splits("fashion_mnist_c/snow", tmp_path)
+        load_splits(DataSpec("fashion_mnist_c/snow", tmp_path))
     assert issubclass(DataError, FileNotFoundError)
-    check_data("fashion_mnist", tmp_path, download=True)  # downloadable: not an error
+    DataSpec("fashion_mnist", tmp_path, download=True).check()  # downloadable: not an error
 
 
 def test_truncated_idx_file_raises_data_error(tmp_path: Path) -> None:
@@ -115,16 +109,16 @@ def test_truncated_idx_file_raises_data_error(tmp_path: Path) -> None:
     path = root / "FashionMNIST" / "raw" / "train-images-idx3-ubyte"
     path.write_bytes(path.read_bytes()[:-100])
     with pytest.raises(DataError, match="train-images-idx3-ubyte"):
-        load_splits("fashion_mnist", root)
+        load_splits(DataSpec("fashion_mnist", root))
 
 
 def test_unknown_name_and_bad_severity(fmnist: Path) -> None:
     with pytest.raises(ValueError, match="fashion_mnist_c/contrast") as err:
-        load_splits("cifar11", fmnist)
+        load_splits(DataSpec("cifar11", fmnist))
     assert "cifar11" in str(err.value) and not isinstance(err.value, DataError)
     for severity in (0, 6):
         with pytest.raises(ValueError, match="severity"):
-            load_splits("fashion_mnist_c/contrast", fmnist, severity=severity)
+            load_splits(DataSpec("fashion_mnist_c/contrast", fmnist, severity=severity))
 
 
 # ----------------------------------------------------------------------------- fashion_mnist_c
@@ -146,7 +140,7 @@ def test_fashion_mnist_c_layout(fmnist_c: Path) -> None:
 
 @pytest.mark.parametrize("severity", [1, 3, 5])
 def test_fashion_mnist_c_splits_take_the_severity_rows(fmnist_c: Path, severity: int) -> None:
-    s = load_splits("fashion_mnist_c/gaussian_noise", fmnist_c, severity=severity)
+    s = load_splits(DataSpec("fashion_mnist_c/gaussian_noise", fmnist_c, severity=severity))
     assert (len(s.train), len(s.val), len(s.test)) == (6_400, 1_600, 2_000)
     rows = np.load(fmnist_c / "FashionMNIST-C" / "gaussian_noise.npy")[(severity - 1) * 10_000 : severity * 10_000]
     trainval, test = split_indices(10_000, 0.8, 42)
@@ -159,14 +153,14 @@ def test_fashion_mnist_c_splits_take_the_severity_rows(fmnist_c: Path, severity:
 
 
 def test_fashion_mnist_c_hash_depends_on_severity(fmnist_c: Path) -> None:
-    hashes = {load_splits("fashion_mnist_c/gaussian_noise", fmnist_c, severity=s).split_hash for s in (4, 5)}
+    hashes = {load_splits(DataSpec("fashion_mnist_c/gaussian_noise", fmnist_c, severity=s)).split_hash for s in (4, 5)}
     assert len(hashes) == 2
 
 
 def test_fashion_mnist_c_is_reused_not_regenerated(fmnist_c: Path) -> None:
     path = fmnist_c / "FashionMNIST-C" / "gaussian_noise.npy"
     before = path.stat().st_mtime_ns
-    load_splits("fashion_mnist_c/gaussian_noise", fmnist_c)
+    load_splits(DataSpec("fashion_mnist_c/gaussian_noise", fmnist_c))
     assert path.stat().st_mtime_ns == before
 
 
@@ -174,7 +168,7 @@ def test_fashion_mnist_c_generation_is_deterministic(tmp_path: Path) -> None:
     roots = [write_fashion_mnist(tmp_path / d, n_train=10, n_test=60, seed=1) for d in ("a", "b")]
     for name in CORRUPTIONS:
         for root in roots:
-            s = load_splits(f"fashion_mnist_c/{name}", root, severity=2)
+            s = load_splits(DataSpec(f"fashion_mnist_c/{name}", root, severity=2))
             assert (len(s.train), len(s.val), len(s.test)) == (38, 10, 12)
         a, b = (r / "FashionMNIST-C" / f"{name}.npy" for r in roots)
         assert a.read_bytes() == b.read_bytes()
@@ -185,26 +179,26 @@ def test_fashion_mnist_c_generation_is_deterministic(tmp_path: Path) -> None:
 
 def test_fashion_mnist_c_works_without_clean_data_once_generated(tmp_path: Path) -> None:
     root = write_fashion_mnist(tmp_path, n_train=10, n_test=50)
-    first = load_splits("fashion_mnist_c/contrast", root)
+    first = load_splits(DataSpec("fashion_mnist_c/contrast", root))
     for f in (root / "FashionMNIST" / "raw").iterdir():
         f.unlink()
-    second = load_splits("fashion_mnist_c/contrast", root)
+    second = load_splits(DataSpec("fashion_mnist_c/contrast", root))
     assert first.split_hash == second.split_hash and np.array_equal(first.test.images, second.test.images)
 
 
 def test_truncated_or_malformed_npy_raises_data_error(tmp_path: Path) -> None:
     root = write_fashion_mnist(tmp_path, n_train=10, n_test=50)
-    load_splits("fashion_mnist_c/contrast", root)
+    load_splits(DataSpec("fashion_mnist_c/contrast", root))
     path = root / "FashionMNIST-C" / "contrast.npy"
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     name = "fashion_mnist_c/contrast"
-    for call in (lambda: load_splits(name, root), lambda: check_data(name, root)):
+    for call in (lambda: load_splits(DataSpec(name, root)), lambda: DataSpec(name, root).check()):
         with pytest.raises(DataError, match="contrast.npy"):
             call()
     np.save(path, np.zeros((249, 28, 28, 1), np.uint8))  # wrong row count
     with pytest.raises(DataError, match="249 rows"):
-        load_splits("fashion_mnist_c/contrast", root)
+        load_splits(DataSpec("fashion_mnist_c/contrast", root))
 
 
 def test_read_c_layout_generic_rgb(tmp_path: Path) -> None:
@@ -258,11 +252,11 @@ def _train_labels(dm: DataModule) -> list[int]:
 
 
 def test_datamodule_batches(fmnist: Path) -> None:
-    dm = DataModule("fashion_mnist", str(fmnist), micro_batch_size=32, eval_batch_size=20, seed=1)
+    dm = DataModule(DataSpec("fashion_mnist", str(fmnist)), micro_batch_size=32, eval_batch_size=20, seed=1)
     dm.check()
     dm.prepare_data()
     dm.setup("fit")
-    assert dm.num_classes == 10 and dm.split_hash == load_splits("fashion_mnist", fmnist).split_hash
+    assert dm.num_classes == 10 and dm.split_hash == load_splits(DataSpec("fashion_mnist", fmnist)).split_hash
     train = list(dm.train_dataloader())
     assert len(train) == 200 // 32
     images, labels = train[0]
@@ -279,14 +273,14 @@ def test_datamodule_batches(fmnist: Path) -> None:
 
 
 def test_datamodule_train_batch_images_match_labels(fmnist: Path) -> None:
-    dm = DataModule("fashion_mnist", str(fmnist), micro_batch_size=16)
+    dm = DataModule(DataSpec("fashion_mnist", str(fmnist)), micro_batch_size=16)
     images, labels = next(iter(dm.train_dataloader()))
     table = {dm.splits.train.images[i].tobytes(): dm.splits.train.labels[i] for i in range(len(dm.splits.train))}
     assert [table[img.permute(1, 2, 0).numpy().tobytes()] for img in images] == labels.tolist()
 
 
 def test_datamodule_order_reproducible_by_seed(fmnist: Path) -> None:
-    make = lambda seed: DataModule("fashion_mnist", str(fmnist), micro_batch_size=10, seed=seed)  # noqa: E731
+    make = lambda seed: DataModule(DataSpec("fashion_mnist", str(fmnist)), micro_batch_size=10, seed=seed)  # noqa: E731
     a, b, c = make(0), make(0), make(1)
     assert _train_labels(a) == _train_labels(b)
     assert _train_labels(a) != _train_labels(c)
@@ -304,6 +298,6 @@ def test_datamodule_order_reproducible_by_seed(fmnist: Path) -> None:
 
 
 def test_datamodule_rejects_too_small_train_set(fmnist: Path) -> None:
-    dm = DataModule("fashion_mnist", str(fmnist), micro_batch_size=64, limit=40)
+    dm = DataModule(DataSpec("fashion_mnist", str(fmnist), limit=40), micro_batch_size=64)
     with pytest.raises(ValueError, match="micro_batch_size"):
         dm.setup("fit")

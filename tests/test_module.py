@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from plasticity.augment import DeviceTransform
+from plasticity.data.augment import DeviceTransform
 from plasticity.components import freeze, select
 from plasticity.module import Diverged, FinetuneModule, warmup_cosine
 

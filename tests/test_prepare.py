@@ -10,11 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-from plasticity.augment import DeviceTransform, sample_crops
-from plasticity.data import DataModule, load_splits
-from plasticity.images import FileDataset, eval_transform, squash_image
-from plasticity.prepare import open_prepared, prepare, prepared_path
-from plasticity.sources import DataError
+from plasticity.data import DataError, DataSpec, load_splits, open_prepared, prepare, prepared_path
+from plasticity.data.augment import DeviceTransform, sample_crops
+from plasticity.data.datamodule import DataModule
+from plasticity.data.images import FileDataset, eval_transform, squash_image
 from tests.fixtures import write_domainnet, write_flowers102, write_imagenet_val
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
@@ -31,8 +30,8 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_prepared_eval_arrays_equal_the_jpeg_path(prepared: Path) -> None:
-    jpeg = load_splits("domainnet/clipart", prepared, img_size=SIZE, num_classes=3, prepared_dir=prepared / "none")
-    arrays = load_splits("domainnet/clipart", prepared, img_size=SIZE, num_classes=3, prepared_dir=prepared / "prepared")
+    jpeg = load_splits(DataSpec("domainnet/clipart", prepared, img_size=SIZE, num_classes=3, prepared_dir=prepared / "none"))
+    arrays = load_splits(DataSpec("domainnet/clipart", prepared, img_size=SIZE, num_classes=3, prepared_dir=prepared / "prepared"))
     assert arrays.prepared and not jpeg.prepared and arrays.split_hash == jpeg.split_hash
     for split in ("val", "test"):
         a, j = getattr(arrays, split), getattr(jpeg, split)
@@ -48,8 +47,8 @@ def test_prepared_eval_arrays_equal_the_jpeg_path(prepared: Path) -> None:
 
 
 def test_prepared_train_holds_squashed_images_and_original_sizes(prepared: Path) -> None:
-    train = load_splits("domainnet/clipart", prepared, img_size=SIZE, num_classes=3).train
-    files = load_splits("domainnet/clipart", prepared, img_size=SIZE, num_classes=3, prepared_dir=prepared / "x").train
+    train = load_splits(DataSpec("domainnet/clipart", prepared, img_size=SIZE, num_classes=3)).train
+    files = load_splits(DataSpec("domainnet/clipart", prepared, img_size=SIZE, num_classes=3, prepared_dir=prepared / "x")).train
     assert train.images.shape == (len(files), TRAIN_SIZE, TRAIN_SIZE, 3) and train.sizes.shape == (len(files), 2)
     for i in (0, len(files) - 1):
         image, (h, w) = squash_image(files.path(i), TRAIN_SIZE)
@@ -74,14 +73,14 @@ def test_truncated_prepared_array_is_an_error(tmp_path: Path) -> None:
     test = prepared_path("flowers102", tmp_path / "p", 16) / "test.npy"
     test.write_bytes(test.read_bytes()[:200])
     with pytest.raises(DataError, match=str(test)):
-        load_splits("flowers102", tmp_path, img_size=16, prepared_dir=tmp_path / "p")
+        load_splits(DataSpec("flowers102", tmp_path, img_size=16, prepared_dir=tmp_path / "p"))
 
 
 def test_reference_prepares_its_test_split_only(tmp_path: Path) -> None:
     write_imagenet_val(tmp_path, per_class=4)
     result = prepare("imagenet", tmp_path, tmp_path / "p", 16, num_classes=3)
     assert result["sizes"] == {"train": 0, "val": 0, "test": 12} and result["decoded"] == 12
-    splits = load_splits("imagenet", tmp_path, img_size=16, num_classes=3, prepared_dir=tmp_path / "p")
+    splits = load_splits(DataSpec("imagenet", tmp_path, img_size=16, num_classes=3, prepared_dir=tmp_path / "p"))
     assert splits.prepared and splits.test.images.shape == (12, 16, 16, 3) and len(splits.train) == 0
 
 
@@ -89,8 +88,8 @@ def test_reference_prepares_its_test_split_only(tmp_path: Path) -> None:
 
 
 def _module(root: Path, **kwargs) -> DataModule:
-    dm = DataModule("domainnet/clipart", str(root), micro_batch_size=4, eval_batch_size=3, img_size=SIZE,
-                    num_classes=3, seed=0, **kwargs)
+    spec = DataSpec("domainnet/clipart", str(root), img_size=SIZE, num_classes=3, **kwargs)
+    dm = DataModule(spec, micro_batch_size=4, eval_batch_size=3, seed=0)
     dm.setup()
     return dm
 
@@ -120,7 +119,7 @@ def test_datamodule_jpeg_path_crops_on_the_cpu(prepared: Path) -> None:
 
 def test_reference_dataset_cannot_be_trained_on(tmp_path: Path) -> None:
     write_imagenet_val(tmp_path)
-    dm = DataModule("imagenet", str(tmp_path), micro_batch_size=2, num_classes=3)
+    dm = DataModule(DataSpec("imagenet", str(tmp_path), num_classes=3), micro_batch_size=2)
     with pytest.raises(DataError, match=r"plasticity reference .* task.reference"):
         dm.check()
 
@@ -162,6 +161,6 @@ def test_eval_from_squashed_approximates_the_eval_of_the_original() -> None:
 
 def test_file_dataset_returns_uint8_chw(tmp_path: Path) -> None:
     write_domainnet(tmp_path, "clipart", per_class=2)
-    files = load_splits("domainnet/clipart", tmp_path, num_classes=3, img_size=20).test.images.files
+    files = load_splits(DataSpec("domainnet/clipart", tmp_path, num_classes=3, img_size=20)).test.images.files
     image, label = FileDataset(files, eval_transform(20))[0]
     assert image.shape == (3, 20, 20) and image.dtype == torch.uint8 and int(label) == int(files.labels[0])

@@ -1,13 +1,17 @@
-"""The sweep report: Table 6, relative gain, Table 1, figures and the list of failed/missing runs."""
+"""The sweep report: Table 6, relative gain, Table 1, figures and the list of failed/missing runs and bad files."""
 
 import csv
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from plasticity.report import main, read_metric, write_report
+from plasticity.report import ReportError, check_sweep_dir, read_metric, write_report
+from plasticity.report.__main__ import main
 
 DATASETS = ("d0", "d1", "d2")
 GROUPS = ("ln1", "mha", "fc1", "head")
@@ -37,10 +41,15 @@ def accuracies() -> dict:
     return acc
 
 
-def write_run(root, d, g, lr, s, record, metrics=None):
-    run = root / "finetune" / d / "m" / g / f"lr_{lr}" / f"seed_{s}"
+def run_path(root, d, g, lr, s):
+    return root / "finetune" / d / "m" / g / f"sgd_lr_{lr}" / f"seed_{s}"
+
+
+def write_run(root, d, g, lr, s, record, metrics=None, text=None):
+    """A run directory with its record (or ``text`` verbatim as result.json) and metrics.csv."""
+    run = run_path(root, d, g, lr, s)
     run.mkdir(parents=True)
-    (run / "result.json").write_text(json.dumps(record))
+    (run / "result.json").write_text(json.dumps(record) if text is None else text)
     if metrics is not None:
         (run / "metrics.csv").write_text(metrics)
     return run
@@ -52,13 +61,59 @@ def metrics_csv(group: str) -> str:
             "0,0,2.0,0.1,1.5,,\n0,1,1.8,0.1,1.2,,\n0,1,,,,1.7,0.5\n0,2,1.5,0.1,1.0,,\n0,3,,,,1.2,0.7\n")
 
 
+CORRUPT_METRICS = {"ln1": metrics_csv("ln1")[:-5],  # truncated in the last row
+                   "head": metrics_csv("head").replace("1.7", "abc")}  # a non-numeric cell
+ANALYSIS = "embedding_sequential_ref_imagenet"
+
+
+def write_bad_files(root) -> dict:
+    """Files the report cannot use, beside the valid sweep: path -> words its problem must contain.
+
+    None of them may change a table: the truncated record and the one with ``lr: "abc"`` sit in
+    cells of their own, the percent accuracy in a seed no other run has."""
+    good = dict(task="finetune", dataset="d2", model="m", component="mha", optimizer="sgd", lr=0.5, seed=0,
+                status="done", best_val_acc=0.99, test_acc=0.99)
+    bad = {
+        write_run(root, "d2", "mha", 0.5, 0, None, text=json.dumps(good)[:60]): "truncated or invalid JSON",
+        write_run(root, "d1", "ln1", "abc", 0, {**good, "dataset": "d1", "component": "ln1", "lr": "abc",
+                                                "status": "failed", "error": "boom"}): "lr='abc' is not a number",
+        write_run(root, "d2", "fc1", 0.01, 9, {**good, "component": "fc1", "lr": 0.01, "seed": 9,
+                                               "test_acc": 87.5}): "test_acc=87.5 is not a number in [0, 1]",
+        write_run(root, "d2", "ln1", 0.01, 9, None, text="[1, 2]"): "not a JSON object",
+        write_run(root, "d2", "head", 0.01, 9, None, text=""): "empty file",
+        write_run(root, "d2", "all", 0.01, 9, {"task": "finetune", "dataset": "d2"}):
+            "missing identity field(s): model, component, lr, seed, status",
+    }
+    bad = {run / "result.json": words for run, words in bad.items()}
+    for group, text in CORRUPT_METRICS.items():
+        (metrics,) = (root / "finetune" / "d0" / "m" / group).glob("*/seed_0/metrics.csv")
+        metrics.write_text(text)
+        bad[metrics] = "corrupt CSV"
+    p = root / "plasticity" / "d0" / "m" / "layer_random_ref_imagenet" / "seed_0"  # a second analysis, corrupt
+    p.mkdir(parents=True)
+    (p / "result.json").write_text(json.dumps(dict(task="plasticity", dataset="d0", model="m", seed=0, status="done")))
+    (p / "plasticity.csv").write_text("group,block,depth_pct,mean\nln1,0,0,oops\n")
+    bad[p / "plasticity.csv"] = "mean='oops' is not a number"
+    return bad
+
+
+def write_ignored_files(root) -> None:
+    """Files the report skips without a problem: an archived (hidden) run and another task's record."""
+    hidden = root / "finetune" / "d0" / "m" / ".replaced-1" / "seed_0"
+    hidden.mkdir(parents=True)
+    (hidden / "result.json").write_text("{\"task\": ")
+    (root / "bounds").mkdir()
+    (root / "bounds" / "result.json").write_text(json.dumps({"task": "bounds", "dataset": "d0", "model": "m"}))
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
-    """The sweep directory with its report by validation (default) and by test (``by_test``)."""
+    """The sweep directory with its report by validation (default) and by test (``by_test``); beside
+    the valid runs, the files of :func:`write_bad_files` and :func:`write_ignored_files`."""
     tmp_path = tmp_path_factory.mktemp("sweep")
     acc = accuracies()
     for (d, g, lr, s), (val, test) in acc.items():
-        record = dict(task="finetune", dataset=d, model="m", component=g, lr=lr, seed=s, status="done",
+        record = dict(task="finetune", dataset=d, model="m", component=g, optimizer="sgd", lr=lr, seed=s, status="done",
                       best_val_acc=val, test_acc=test, best_step=10, steps=20, wall_s=1.0,
                       trainable_params=100, params={"trainable": 100, "group": g})
         if (d, g, lr, s) == FAILED:
@@ -68,14 +123,16 @@ def sweep(tmp_path_factory):
         metrics = metrics_csv(g) if d == "d0" and s == 0 and lr == chosen else None
         write_run(tmp_path, d, g, lr, s, record, metrics)
     # a plasticity analysis run for d0 (no component, ignored by the finetuning tables)
-    p = tmp_path / "plasticity" / "d0" / "m" / "seed_0"
+    p = tmp_path / "plasticity" / "d0" / "m" / ANALYSIS / "seed_0"
     p.mkdir(parents=True)
     (p / "result.json").write_text(json.dumps(dict(task="plasticity", dataset="d0", model="m", seed=0, status="done")))
     (p / "plasticity.csv").write_text("group,block,depth_pct,mean\nln1,0,0,0.5\nln1,1,100,0.7\nmha,0,0,3.0\n"
                                       "mha,1,100,5.0\nfc1,0,0,2.0\nfc1,1,100,2.2\n")
-    write_report(tmp_path)
+    bad = write_bad_files(tmp_path)
+    write_ignored_files(tmp_path)
+    result = write_report(tmp_path)
     write_report(tmp_path, select="test", out_dir=tmp_path / "by_test")
-    return tmp_path, acc
+    return tmp_path, acc, bad, result
 
 
 def out_dir(root, select):
@@ -107,7 +164,7 @@ def table6_of(out):
 
 @pytest.mark.parametrize("select", ["val", "test"])
 def test_table6_matches_hand_computation(sweep, select):
-    root, acc = sweep
+    root, acc, *_ = sweep
     got = table6_of(out_dir(root, select))
     want = expected_table6(acc, select)
     for (d, g), (lr, mean, std, n) in want.items():
@@ -122,7 +179,7 @@ def test_table6_matches_hand_computation(sweep, select):
 
 
 def test_val_and_test_selection_differ_on_the_constructed_cell(sweep):
-    root, _ = sweep
+    root, *_ = sweep
     by_val, by_test = table6_of(root / "report")[("d0", "mha")], table6_of(root / "by_test")[("d0", "mha")]
     assert float(by_val["lr"]) == 0.01 and float(by_val["mean"]) == pytest.approx(81.0)
     assert float(by_test["lr"]) == 0.1 and float(by_test["mean"]) == pytest.approx(87.0)
@@ -135,7 +192,7 @@ def test_val_and_test_selection_differ_on_the_constructed_cell(sweep):
 
 
 def test_relative_gain_and_table1(sweep):
-    root, acc = sweep
+    root, acc, *_ = sweep
     want = expected_table6(acc, "test")
     gains = {(r["dataset"], r["group"]): float(r["gain_pct"]) for r in read_rows(root / "by_test" / "relative_gain.csv")}
     for g in ("ln1", "mha", "fc1"):
@@ -158,9 +215,9 @@ def test_relative_gain_and_table1(sweep):
 
 
 def test_report_lists_failures_missing_runs_and_all_records(sweep):
-    root, acc = sweep
+    root, acc, *_ = sweep
     text = (root / "report" / "report.md").read_text()
-    failed_dir = root / "finetune" / "d1" / "m" / "fc1" / "lr_0.1" / "seed_1"
+    failed_dir = run_path(root, "d1", "fc1", 0.1, 1)
     assert f"| failed | {failed_dir} | CUDA out of memory |" in text
     assert "| d1 | fc1 | 0.1 | 1 | 1 |" in text  # the cell missing seed 1
     assert text.count("| failed |") == 1
@@ -171,14 +228,14 @@ def test_report_lists_failures_missing_runs_and_all_records(sweep):
 
 
 def test_figures_and_curves_from_sparse_metrics(sweep):
-    root, _ = sweep
+    root, *_ = sweep
     out = root / "report"
     for name in ("relative_gain.png", "accuracy.png", "spread.png", "curves_d0.png"):
         assert (out / name).stat().st_size > 1000
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (out / "curves_d1.png").exists()  # no metrics.csv for d1: skipped silently
     assert "curves_d0.png" in (out / "report.md").read_text()
-    run = root / "finetune" / "d0" / "m" / "mha" / "lr_0.01" / "seed_0"
+    run = run_path(root, "d0", "mha", 0.01, 0)
     steps, values = read_metric(run, "val/loss")
     assert steps.tolist() == [1.0, 3.0] and values.tolist() == [1.7, 1.2]
     steps, values = read_metric(run, "grad_norm/mha")
@@ -187,7 +244,7 @@ def test_figures_and_curves_from_sparse_metrics(sweep):
 
 
 def test_plasticity_vs_accuracy(sweep):
-    root, acc = sweep
+    root, acc, *_ = sweep
     (row,) = read_rows(root / "report" / "plasticity_vs_accuracy.csv")
     want = expected_table6(acc, "val")
     groups = ("ln1", "mha", "fc1")
@@ -197,11 +254,13 @@ def test_plasticity_vs_accuracy(sweep):
 
 
 def test_cli_prints_report_path(tmp_path, capsys):
-    record = dict(task="finetune", dataset="d", model="m", component="mha", lr=0.1, seed=0, status="done",
-                  best_val_acc=0.5, test_acc=0.4)
+    record = dict(task="finetune", dataset="d", model="m", component="mha", optimizer="sgd", lr=0.1, seed=0,
+                  status="done", best_val_acc=0.5, test_acc=0.4)
     write_run(tmp_path, "d", "mha", 0.1, 0, record)
-    main([str(tmp_path), "--select", "test"])
-    assert capsys.readouterr().out.strip() == str(tmp_path / "report" / "report.md")
+    assert main([str(tmp_path), "--select", "test"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.strip() == str(tmp_path / "report" / "report.md") and captured.err == ""
+    assert "## Problems (files that could not be used)\n\nNone." in (tmp_path / "report" / "report.md").read_text()
     assert table6_of(tmp_path / "report")[("d", "mha")]["mean"] == "40.0"
     assert not (tmp_path / "report" / "relative_gain.csv").exists()  # no head runs: skipped
     assert not (tmp_path / "report" / "table1.csv").exists()  # mha alone: nothing to compare
@@ -209,8 +268,92 @@ def test_cli_prints_report_path(tmp_path, capsys):
 
 def test_nested_dataset_names_give_flat_figure_files(tmp_path):
     for g in ("mha", "ln1"):
-        record = dict(task="finetune", dataset="c/snow", model="m", component=g, lr=0.01, seed=0, status="done",
+        record = dict(task="finetune", dataset="c/snow", model="m", component=g, optimizer="sgd", lr=0.01, seed=0,
+                      status="done",
                       best_val_acc=0.5, test_acc=0.5, best_step=1, steps=2, wall_s=1.0, trainable_params=1)
         write_run(tmp_path, "c/snow", g, 0.01, 0, record, metrics_csv(g))
-    out = write_report(tmp_path).parent
+    out = write_report(tmp_path).path.parent
     assert (out / "curves_c-snow.png").stat().st_size > 0 and not (out / "curves_c").exists()
+
+
+def problems_section(text: str) -> str:
+    return text[text.index("## Problems (files that could not be used)"):]
+
+
+def test_bad_files_are_listed_by_path_and_the_rest_is_reported(sweep):
+    root, acc, bad, result = sweep
+    section = problems_section((root / "report" / "report.md").read_text())
+    for path, words in bad.items():
+        (line,) = [line for line in section.splitlines() if line.startswith(f"| {path} | ")]
+        assert words in line
+    # the header and the bad files, nothing else: the hidden archive and the bounds record are skipped
+    assert section.count("\n| ") == 1 + len(bad)
+    assert {p for p, _ in result.problems} == {str(p) for p in bad}
+    assert result.path == root / "report" / "report.md" and (result.runs, result.done) == (len(acc), len(acc) - 1)
+    assert f"**{len(bad)} file(s) could not be used**" in (root / "report" / "report.md").read_text()
+
+
+def test_corrupt_metrics_are_skipped_and_returned_as_problems(sweep):
+    root, *_ = sweep
+    for group in CORRUPT_METRICS:
+        (metrics,) = (root / "finetune" / "d0" / "m" / group).glob("*/seed_0/metrics.csv")
+        problems = []
+        steps, values = read_metric(metrics.parent, "val/loss", problems)
+        assert steps.size == 0 and values.size == 0
+        (problem,) = problems
+        assert problem[0] == str(metrics) and "corrupt CSV (line " in problem[1]
+
+
+def test_the_former_crashes_are_problems_not_exceptions(tmp_path):
+    """A failed record with lr "abc" crashed the whole report; a truncated result.json was dropped silently."""
+    write_run(tmp_path, "d", "mha", 0.1, 0, dict(task="finetune", dataset="d", model="m", component="mha", lr=0.1,
+                                                   seed=0, status="done", best_val_acc=0.5, test_acc=0.4))
+    abc = write_run(tmp_path, "d", "mha", "abc", 0, dict(task="finetune", dataset="d", model="m", component="mha",
+                                                        lr="abc", seed=0, status="failed", error="x"))
+    cut = write_run(tmp_path, "d", "ln1", 0.1, 0, None, text='{"task": "finetune", "dataset": "d", "mo')
+    result = write_report(tmp_path)
+    assert [p for p, _ in result.problems] == sorted([str(abc / "result.json"), str(cut / "result.json")])
+    assert table6_of(tmp_path / "report")[("d", "mha")]["mean"] == "40.0"
+
+
+def test_check_sweep_dir_names_the_problem_and_the_fix(tmp_path):
+    fix = "Fix: sweep_dir=<a directory with run records, e.g. outputs/finetune/cifar10>."
+    missing, afile, empty = tmp_path / "nope", tmp_path / "README.md", tmp_path / "empty"
+    afile.write_text("x")
+    (empty / ".replaced-1" / "seed_0").mkdir(parents=True)
+    (empty / ".replaced-1" / "seed_0" / "result.json").write_text("{}")  # archived: not a run of the sweep
+    assert check_sweep_dir(missing) == f"sweep_dir='{missing}' does not exist. {fix}"
+    assert check_sweep_dir(afile) == f"sweep_dir='{afile}' is a file, not a directory. {fix}"
+    assert check_sweep_dir(empty) == f"sweep_dir='{empty}' has no result.json under it (no runs yet?). {fix}"
+    assert check_sweep_dir(None).startswith("sweep_dir is not set.")
+    write_run(tmp_path / "ok", "d", "mha", 0.1, 0, {"task": "finetune"})
+    assert check_sweep_dir(tmp_path / "ok") is None
+    for path in (missing, afile, empty):
+        with pytest.raises(ReportError, match="Fix: sweep_dir="):
+            write_report(path)
+    assert not missing.exists() and afile.read_text() == "x" and not (empty / "report").exists()
+    with pytest.raises(ReportError, match="select='best'"):
+        write_report(tmp_path / "ok", select="best")
+    assert not (tmp_path / "ok" / "report").exists()
+
+
+def test_cli_exits_2_on_a_bad_sweep_dir_and_writes_nothing(tmp_path, capsys):
+    missing = tmp_path / "missing"
+    proc = subprocess.run([sys.executable, "-m", "plasticity.report", str(missing)], capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"sweep_dir='{missing}' does not exist" in proc.stderr
+    (tmp_path / "empty").mkdir()
+    assert main([str(tmp_path / "empty")]) == 2
+    assert "has no result.json under it" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["empty"]
+
+
+def test_several_optimizers_are_flagged(tmp_path):
+    for opt, lr in (("sgd", 0.1), ("adamw", 0.001)):
+        write_run(tmp_path, "d", "mha", lr, 0, dict(task="finetune", dataset="d", model="m", component="mha",
+                                                     optimizer=opt, lr=lr, seed=0, status="done", best_val_acc=0.5,
+                                                     test_acc=0.4))
+    text = write_report(tmp_path).path.read_text()
+    assert "**Warning:** several optimizers are pooled in these tables: adamw, sgd." in text
+    assert "several models" not in text

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from plasticity.data import DATASETS, check_data, load_splits, official_splits
-from plasticity.sources import SOURCES, DataError, FileSet, source
+from plasticity.data import DATASETS, SOURCES, DataError, DataSpec, FileSet, load_splits, official_splits, source
 from tests.fixtures import (
     ALL_SIZES,
     corrupt_file,
@@ -41,7 +40,7 @@ def test_every_config_dataset_has_a_source() -> None:
 
 @pytest.mark.parametrize("name", list(ALL_SIZES))
 def test_sizes_dtypes_and_disjoint_splits(data: Path, name: str) -> None:
-    splits = load_splits(name, data, img_size=24, num_classes=classes(name))
+    splits = load_splits(DataSpec(name, data, img_size=24, num_classes=classes(name)))
     assert (len(splits.train), len(splits.val), len(splits.test)) == ALL_SIZES[name]
     for part in (splits.val, splits.test):
         if len(part):
@@ -132,7 +131,7 @@ def test_split_does_not_depend_on_torch_or_numpy_global_seeds(data: Path) -> Non
 def test_missing_data_names_the_dataset_the_path_and_the_fix(tmp_path: Path, name: str) -> None:
     src = source(name)
     with pytest.raises(DataError) as err:
-        check_data(name, tmp_path)
+        DataSpec(name, tmp_path).check()
     message = str(err.value)
     assert message.startswith(f"{name}: ") and str(src.path(tmp_path)) in message
     assert ("dataset.download=true" in message) == src.downloadable
@@ -140,9 +139,9 @@ def test_missing_data_names_the_dataset_the_path_and_the_fix(tmp_path: Path, nam
 
 
 def test_download_flag_only_where_torchvision_can(tmp_path: Path) -> None:
-    check_data("cifar10", tmp_path, download=True)  # missing but downloadable: fine before compute
+    DataSpec("cifar10", tmp_path, download=True).check()  # missing but downloadable: fine before compute
     with pytest.raises(DataError, match=r"cannot be downloaded automatically.*zenodo"):
-        check_data("cifar10_c/snow", tmp_path, download=True)
+        DataSpec("cifar10_c/snow", tmp_path, download=True).check()
 
 
 def test_incomplete_class_folders_are_an_error(data: Path) -> None:
@@ -159,12 +158,12 @@ def test_corrupt_file_names_the_file(tmp_path: Path, name: str, write, relative:
     bad = tmp_path / relative
     corrupt_file(bad, mode)
     with pytest.raises(DataError, match=re.escape(str(bad))):
-        load_splits(name, tmp_path)
+        load_splits(DataSpec(name, tmp_path))
 
 
 def test_truncated_jpeg_names_the_file(tmp_path: Path) -> None:
     written = write_domainnet(tmp_path, "sketch", per_class=4)
-    splits = load_splits("domainnet/sketch", tmp_path, num_classes=3, img_size=16)
+    splits = load_splits(DataSpec("domainnet/sketch", tmp_path, num_classes=3, img_size=16))
     bad = splits.test.images.files.path(0)
     corrupt_file(bad, "truncate")
     with pytest.raises(DataError, match=re.escape(str(bad))):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import ndimage
 
 CORRUPTIONS: tuple[str, ...] = ("contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise")
 
@@ -122,6 +121,8 @@ def motion_blur_batch(x: np.ndarray, radius: float, sigma: float, angles: np.nda
 
 def _clipped_zoom(layer: np.ndarray, zoom: float) -> np.ndarray:
     """Zoom the centre of every ``(N, H, W)`` layer by ``zoom`` and crop back to ``H x W``."""
+    from scipy import ndimage  # only when generating (keeps `import plasticity.data` light)
+
     h = layer.shape[1]
     ch = int(math.ceil(h / zoom))
     top = (h - ch) // 2

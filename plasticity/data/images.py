@@ -5,7 +5,7 @@ preparation itself, so prepared arrays hold exactly what this path computes:
 
 * eval: ``Resize(img_size) + CenterCrop(img_size)`` (:func:`eval_image`), stored as is;
 * train: the whole image squashed to ``size x size`` (:func:`squash_image`) plus its original
-  size, from which :class:`plasticity.augment.DeviceTransform` samples torchvision's
+  size, from which :class:`plasticity.data.augment.DeviceTransform` samples torchvision's
   ``RandomResizedCrop`` boxes in the original image's coordinates.
 """
 

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from plasticity.data.images import eval_image, squash_image
 from plasticity.data.sources import ArraySet, DataError, FileSet
 from plasticity.data.splits import official_splits
 from plasticity.runs.io import atomic_path, read_json, write_json_atomic
@@ -90,10 +89,14 @@ def open_prepared(name: str, prepared_dir: str | Path, img_size: int, split_hash
 
 
 def _decode_eval(args: tuple[str, int]) -> np.ndarray:
+    from plasticity.data.images import eval_image  # torch + torchvision: only when decoding
+
     return eval_image(*args)
 
 
 def _decode_train(args: tuple[str, int]) -> tuple[np.ndarray, tuple[int, int]]:
+    from plasticity.data.images import squash_image
+
     return squash_image(*args)
 
 

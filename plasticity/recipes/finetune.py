@@ -4,6 +4,9 @@ Protocol (paper App. C.3): SGD, momentum 0.9, no weight decay, cosine decay over
 (after ``warmup_steps`` of linear warmup), gradient clipping at global norm 1, effective batch
 ``batch_size`` = micro-batch x accumulation. The reported number is the test accuracy of the
 checkpoint with the best validation accuracy.
+
+An interrupted run of the same config resumes from ``checkpoints/last.ckpt``; the metrics the
+interrupted part logged stay in ``metrics.part<k>.csv`` (the CSV logger starts a new file).
 """
 
 from __future__ import annotations
@@ -11,20 +14,32 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import hydra
-import lightning as L
-import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
-from lightning.pytorch.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig
 
-from plasticity.augment import DeviceTransform
-from plasticity.components import Selection, freeze, select
-from plasticity.data import DataModule
-from plasticity.models import create_model, image_size
-from plasticity.module import FinetuneModule
+from plasticity.components import check_component
+from plasticity.recipes import register
+from plasticity.recipes.base import RecipeBase
+from plasticity.validate import (
+    Problems,
+    check_callbacks,
+    check_dataset,
+    check_dataset_values,
+    check_model,
+    check_trainer,
+    is_int,
+    positive_int,
+    positive_number,
+)
+
+if TYPE_CHECKING:
+    import lightning as L
+    import torch
+
+    from plasticity.components import Selection
+    from plasticity.data.datamodule import DataModule
+    from plasticity.module import FinetuneModule
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +48,8 @@ CHECKPOINT_DIR = "checkpoints"
 
 def precision(trainer_cfg: DictConfig) -> str:
     """``auto`` means bf16-mixed on CUDA and fp32 elsewhere."""
+    import torch
+
     value = str(trainer_cfg.get("precision", "auto"))
     if value != "auto":
         return value
@@ -40,37 +57,64 @@ def precision(trainer_cfg: DictConfig) -> str:
     return "bf16-mixed" if on_gpu else "32-true"
 
 
-class Finetune:
-    """Recipe of ``task=finetune``: small setup steps, then :meth:`run`.
+def optimizer_name(cfg: DictConfig) -> str:
+    """``torch.optim.SGD`` -> ``sgd`` (the name in the run path)."""
+    return str(cfg.optimizer.get("_target_", "?")).rsplit(".", 1)[-1].lower()
 
-    Args:
-        cfg: The composed job config.
-        run_dir: The run's own directory (checkpoints, metrics, result record).
-    """
 
-    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
-        self.cfg = cfg
-        self.run_dir = Path(run_dir)
+@register
+class Finetune(RecipeBase):
+    """Recipe of ``task=finetune``: small setup steps, then :meth:`run`."""
+
+    name = "finetune"
+    sections = ("task", "model", "dataset", "component", "optimizer", "trainer", "seed")
+
+    @classmethod
+    def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
+        super().validate(cfg, p, local)
+        p.call(check_component, cfg.component.name)
+        check_model(cfg, p)
+        check_dataset(cfg, p, cfg.dataset.name, trains=True)
+        check_dataset_values(cfg.dataset, p)
+        positive_number(p, "optimizer.lr", cfg.optimizer.get("lr"), "1e-2")
+        check_steps(cfg.task, p)
+        check_trainer(cfg, p, local)
+        check_callbacks(cfg, p)
+
+    @classmethod
+    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
+        lr = cfg.optimizer.get("lr")
+        return {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name,
+                "component": cfg.component.name, "optimizer": optimizer_name(cfg),
+                "lr": float(lr) if isinstance(lr, (int, float)) else lr, "seed": cfg.seed}
 
     @property
     def accumulation(self) -> int:
         return self.cfg.task.batch_size // self.cfg.task.micro_batch_size
 
-    def setup_data(self) -> DataModule:
-        """The datamodule; raises before any compute when the data is missing (``run`` sets its image size)."""
+    def setup_net(self) -> "torch.nn.Module":
+        """The timm model with its head reset to the dataset's classes."""
+        from plasticity.data.splits import expected_classes
+        from plasticity.models import create_model
+
+        model, data = self.cfg.model, self.cfg.dataset
+        num_classes = expected_classes(data.name, data.get("num_classes"))
+        return create_model(model.name, num_classes, pretrained=model.pretrained, weights_file=model.weights_file,
+                            **model.kwargs)
+
+    def setup_data(self, net: "torch.nn.Module") -> "DataModule":
+        """The datamodule, reading the dataset for the built model's input side."""
+        from plasticity.data import DataSpec
+        from plasticity.data.datamodule import DataModule
+        from plasticity.models import image_size
+
         cfg, data = self.cfg, self.cfg.dataset
         datamodule = DataModule(
-            data.name,
-            cfg.paths.data_dir,
+            DataSpec.from_config(cfg, img_size=image_size(net)),
             micro_batch_size=cfg.task.micro_batch_size,
             eval_batch_size=cfg.task.eval_batch_size,
-            severity=data.severity,
-            download=data.download,
-            limit=data.limit,
             num_workers=data.num_workers,
             seed=cfg.seed,
-            num_classes=data.get("num_classes"),
-            prepared_dir=cfg.paths.get("prepared_dir"),
             augment=data.get("augment", True),
             crop_scale=tuple(data.crop_scale),
             hflip=data.hflip,
@@ -78,26 +122,23 @@ class Finetune:
         datamodule.check()
         return datamodule
 
-    def setup_net(self, num_classes: int) -> torch.nn.Module:
-        """The timm model with its head reset to ``num_classes``."""
-        model = self.cfg.model
-        return create_model(
-            model.name,
-            num_classes,
-            pretrained=model.pretrained,
-            weights_file=model.weights_file,
-            **model.kwargs,
-        )
-
-    def setup_selection(self, net: torch.nn.Module) -> Selection:
+    def setup_selection(self, net: "torch.nn.Module") -> "Selection":
         """Resolves and freezes: only the component, the head and (by switch) the final norm train."""
+        from plasticity.components import freeze, select
+
         component = self.cfg.component
         selection = select(net, component.name, component.train_final_norm)
         freeze(net, selection)
         return selection
 
-    def setup_module(self, net: torch.nn.Module, selection: Selection, datamodule: DataModule) -> FinetuneModule:
+    def setup_module(self, net: "torch.nn.Module", selection: "Selection", datamodule: "DataModule") -> "FinetuneModule":
         """The LightningModule; train batches of the JPEG path arrive cropped, so only normalised."""
+        import hydra
+
+        from plasticity.data.augment import DeviceTransform
+        from plasticity.models import image_size
+        from plasticity.module import FinetuneModule
+
         data, task = self.cfg.dataset, self.cfg.task
         img_size = image_size(net)
         augment_on_device = data.get("augment", True) and not datamodule.cpu_augment
@@ -118,7 +159,12 @@ class Finetune:
             eval_transform=transform(False),
         )
 
-    def setup_callbacks(self) -> tuple[ModelCheckpoint, list[Callback]]:
+    def setup_callbacks(self) -> tuple[Any, list]:
+        import hydra
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        from plasticity.progress import StepProgressBar
+
         checkpoint = ModelCheckpoint(
             dirpath=self.run_dir / CHECKPOINT_DIR,
             filename="best",
@@ -129,16 +175,21 @@ class Finetune:
             enable_version_counter=False,
             auto_insert_metric_name=False,
         )
-        callbacks: list[Callback] = [checkpoint]
+        callbacks: list = [checkpoint]
         if self.cfg.trainer.get("enable_progress_bar", True):
-            callbacks.append(RichProgressBar(leave=True))
+            callbacks.append(StepProgressBar())
         callbacks += [hydra.utils.instantiate(c) for c in (self.cfg.get("callbacks") or {}).values() if c]
         return checkpoint, callbacks
 
     def setup_loggers(self) -> list:
+        import hydra
+
         return [hydra.utils.instantiate(c) for c in self.cfg.logger.values() if c]
 
-    def setup_trainer(self, callbacks: list[Callback], loggers: list) -> L.Trainer:
+    def setup_trainer(self, callbacks: list, loggers: list) -> "L.Trainer":
+        import hydra
+        from lightning.pytorch.plugins.environments import SLURMEnvironment
+
         task = self.cfg.task
         # Under SLURM, submitit owns the preemption signal and requeues the job (resuming from
         # last.ckpt); Lightning's own auto-requeue would fight it.
@@ -162,26 +213,38 @@ class Finetune:
         The interrupted run's ``metrics.csv`` is kept as ``metrics.part<k>.csv`` (the CSV logger
         starts a new file).
         """
+        import torch
+
         last = self.run_dir / CHECKPOINT_DIR / "last.ckpt"
         if not (self.cfg.get("resume", True) and last.is_file()):
             return None
         metrics = self.run_dir / "metrics.csv"
+        kept = ""
         if metrics.is_file():
-            metrics.rename(self.run_dir / f"metrics.part{len(list(self.run_dir.glob('metrics.part*.csv')))}.csv")
-        log.info("resuming from %s", last)
+            part = self.run_dir / f"metrics.part{len(list(self.run_dir.glob('metrics.part*.csv')))}.csv"
+            metrics.rename(part)
+            kept = f"; the metrics logged so far stay in {part.name}"
+        step = torch.load(last, map_location="cpu", weights_only=False, mmap=True).get("global_step", "?")
+        log.info("resuming an interrupted run from step %s of %d (%s)%s", step, self.cfg.task.max_steps, last, kept)
         return str(last)
 
     def run(self) -> dict[str, Any]:
         """Trains, tests the best-validation checkpoint and returns the result fields."""
-        L.seed_everything(self.cfg.seed, workers=True)
-        datamodule = self.setup_data()
-        net = self.setup_net(datamodule.num_classes)
+        return self.fit()[0]
+
+    def fit(self) -> tuple[dict[str, Any], "FinetuneModule"]:
+        """Trains and tests; returns the result fields and the module holding the best-validation weights."""
+        import lightning as L
+        import torch
+
+        L.seed_everything(self.cfg.seed, workers=True, verbose=False)
+        net = self.setup_net()
+        datamodule = self.setup_data(net)
         selection = self.setup_selection(net)
         counts = selection.counts
-        log.info("trainable parameters: %s", counts)
-        datamodule.img_size = image_size(net)  # JPEG sets are decoded for the model's input side
+        log.info("trainable parameters: %s", ", ".join(f"{k} {v:,}" for k, v in counts.items()))
         datamodule.setup()
-        self.module = module = self.setup_module(net, selection, datamodule)
+        module = self.setup_module(net, selection, datamodule)
         resume = self.resume_from()
         checkpoint, callbacks = self.setup_callbacks()
         trainer = self.setup_trainer(callbacks, self.setup_loggers())
@@ -193,7 +256,7 @@ class Finetune:
         best = checkpoint.best_model_path
         tested = trainer.test(module, datamodule=datamodule, ckpt_path=best, verbose=False)[0]
         best_step = torch.load(best, map_location="cpu", weights_only=False)["global_step"]
-        return {
+        fields = {
             "best_val_acc": float(checkpoint.best_model_score),
             "test_acc": float(tested["test/acc"]),
             "test_loss": float(tested["test/loss"]),
@@ -204,4 +267,29 @@ class Finetune:
             "split_hash": datamodule.split_hash,
             "train_s": round(train_s, 2),
             "best_checkpoint": str(Path(best).relative_to(self.run_dir)),
+            "resumed": resume is not None,
         }
+        return fields, module
+
+
+def check_steps(task: DictConfig, p: Problems) -> None:
+    """Steps, warmup, validation interval and batch sizes of a training task."""
+    ok = all([positive_int(p, f"task.{key}", task.get(key)) for key in
+              ("max_steps", "val_every", "batch_size", "micro_batch_size", "eval_batch_size")])
+    if not ok:
+        return
+    p.require(is_int(task.warmup_steps) and 0 <= task.warmup_steps < task.max_steps,
+              f"task.warmup_steps={task.warmup_steps!r} must be an integer in [0, task.max_steps={task.max_steps}). "
+              f"Fix: lower task.warmup_steps or raise task.max_steps.")
+    p.require(task.batch_size % task.micro_batch_size == 0,
+              f"the effective batch task.batch_size={task.batch_size} is not divisible by "
+              f"task.micro_batch_size={task.micro_batch_size}; gradient accumulation needs a whole number of "
+              f"micro-batches. Fix: a micro-batch that divides it (e.g. "
+              f"task.micro_batch_size={_largest_divisor(task.batch_size, task.micro_batch_size)}).")
+    p.require(task.val_every <= task.max_steps,
+              f"task.val_every={task.val_every} exceeds task.max_steps={task.max_steps}: no validation would run and "
+              f"no best checkpoint could be chosen. Fix: task.val_every<={task.max_steps}.")
+
+
+def _largest_divisor(n: int, below: int) -> int:
+    return max(d for d in range(1, min(n, below) + 1) if n % d == 0)

@@ -1,28 +1,49 @@
-"""Figures like the paper's: plasticity distribution per group and against depth (Fig. 3), bounds
-against depth (Fig. 6). Drawn on matplotlib ``Figure`` objects (no pyplot, no global backend
-state) and written atomically as PNG.
+"""Every figure of the project, drawn from data already read (this module reads no run files).
+
+Plasticity analysis: distribution per group and plasticity against depth (Fig. 3), bounds against
+depth (Fig. 6). Report: relative gain over linear probing (Fig. 2), average accuracy with the
+pooled standard error (Fig. 17), accuracy spread over learning rates and seeds (Figs. 4 and 18),
+gradient norm and validation loss curves (Fig. 4). Drawn on matplotlib ``Figure`` objects (no
+pyplot, no global backend state), coloured and labelled from :mod:`plasticity.components`, and
+written atomically as PNG by :func:`save`.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from plasticity.components import GROUPS
-from plasticity.measure import HIST_BINS, HIST_RANGE, RunningStats
-from plasticity.results import atomic_path
+from plasticity.components import GROUPS, color, label
+from plasticity.report.tables import AVERAGE, Cells, ordered_groups, pooled_se
+from plasticity.runs.io import atomic_path
 
-COLORS = {"ln1": "tab:blue", "mha": "tab:red", "ln2": "tab:cyan", "fc1": "tab:orange", "fc2": "tab:green",
-          "all": "tab:purple", "head": "tab:gray"}
-LABELS = {"ln1": "LN1", "mha": "MHA", "ln2": "LN2", "fc1": "FC1", "fc2": "FC2", "all": "full",
-          "head": "linear probing"}
+if TYPE_CHECKING:
+    from plasticity.measure import RunningStats
+
+__all__ = ["plot_accuracy", "plot_bounds", "plot_curves", "plot_depth", "plot_distribution", "plot_relative_gain",
+           "plot_spread", "save"]
+
 BOUND_STYLES = {"prop1": "-", "prop2": "-", "prop3_rms": "-", "prop3_max": "--", "prop4": ":"}
+"""Line style per bound (Prop. 3 at the largest token radius dashed, Prop. 4 dotted)."""
 
 
-def plot_distribution(stats: RunningStats, path: str | Path, title: str = "") -> None:
+def save(fig: Figure, path: str | Path) -> None:
+    """Writes the figure as PNG atomically; ``bbox_inches="tight"`` keeps outside legends."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
+
+
+# ----------------------------------------------------------------------- plasticity analysis
+
+
+def plot_distribution(stats: "RunningStats", path: str | Path, title: str = "") -> None:
     """Density of log10(rate) per group, pooled over blocks (from the streaming histograms)."""
+    from plasticity.measure import HIST_BINS, HIST_RANGE  # torch: only where this figure is drawn
+
     hist = stats.hist.cpu().numpy()
     edges = np.linspace(*HIST_RANGE, HIST_BINS + 1)
     centers = 0.5 * (edges[1:] + edges[:-1])
@@ -35,7 +56,7 @@ def plot_distribution(stats: RunningStats, path: str | Path, title: str = "") ->
         used = np.nonzero(counts)[0]
         lo, hi = max(used[0] - 5, 0), min(used[-1] + 6, HIST_BINS)
         density = counts / counts.sum() / (edges[1] - edges[0])
-        ax.plot(10 ** centers[lo:hi], density[lo:hi], color=COLORS[group], label=LABELS[group])
+        ax.plot(10 ** centers[lo:hi], density[lo:hi], color=color(group), label=label(group))
     ax.set_xscale("log")
     ax.axvline(1.0, color="gray", lw=0.8, ls="--")
     ax.set(xlabel="rate of change ||f(x) - f(y)|| / ||x - y||", ylabel="density (per decade)")
@@ -53,9 +74,9 @@ def plot_depth(rows: list[dict], path: str | Path, title: str = "") -> None:
         if not mine:
             continue
         depth = [r["depth_pct"] for r in mine]
-        ax.plot(depth, [r["mean"] for r in mine], marker="o", ms=3, color=COLORS[group], label=LABELS[group])
+        ax.plot(depth, [r["mean"] for r in mine], marker="o", ms=3, color=color(group), label=label(group))
         ax.fill_between(depth, [r["ci95_low"] for r in mine], [r["ci95_high"] for r in mine],
-                        color=COLORS[group], alpha=0.2)
+                        color=color(group), alpha=0.2)
     ax.set_yscale("log")
     ax.set(xlabel="depth (%)", ylabel="plasticity P(f)")
     ax.set_title(title, fontsize=9)
@@ -76,15 +97,104 @@ def plot_bounds(rows: list[dict], path: str | Path) -> None:
     for group, bound in dict.fromkeys((row["group"], row["bound"]) for row in rows):
         line = sorted((r["block"], r["value"]) for r in rows if (r["group"], r["bound"]) == (group, bound))
         ax.plot([100 * b / max(depth - 1, 1) for b, _ in line], [v for _, v in line],
-                BOUND_STYLES.get(bound, "-"), marker="o", markersize=3, color=COLORS.get(group),
-                label=f"{LABELS.get(group, group)} ({bound})")
+                BOUND_STYLES.get(bound, "-"), marker="o", markersize=3, color=color(group),
+                label=f"{label(group)} ({bound})")
     ax.set(yscale="log", xlabel="depth (%)", ylabel="upper bound on plasticity")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
     save(fig, path)
 
 
-def save(fig: Figure, path: str | Path) -> None:
-    """Writes the figure as PNG atomically; ``bbox_inches="tight"`` keeps outside legends."""
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
+# ------------------------------------------------------------------------------------ report
+
+
+def _bars(ylabel: str) -> tuple[Figure, object]:
+    fig = Figure(figsize=(4.5, 3))
+    ax = fig.add_subplot()
+    ax.set_ylabel(ylabel)
+    ax.grid(True, axis="y", alpha=0.3)
+    return fig, ax
+
+
+def plot_relative_gain(gains: list[dict], path: str | Path) -> None:
+    """Bars of the average relative gain over linear probing per group (Fig. 2, right).
+
+    Args:
+        gains: :func:`plasticity.report.tables.relative_gain` rows (only ``average`` ones drawn).
+        path: PNG file to write.
+    """
+    avg = [g for g in gains if g["dataset"] == AVERAGE]
+    fig, ax = _bars("relative gain over linear probing (%)")
+    ax.bar([label(g["group"]) for g in avg], [g["gain_pct"] for g in avg], color=[color(g["group"]) for g in avg])
+    save(fig, path)
+
+
+def plot_accuracy(rows: list[dict], path: str | Path) -> None:
+    """Average test accuracy per group with the pooled standard error (Fig. 17).
+
+    Args:
+        rows: :func:`plasticity.report.tables.table6` rows.
+        path: PNG file to write.
+    """
+    avg = [r for r in rows if r["dataset"] == AVERAGE]
+    fig, ax = _bars("average top-1 test accuracy (%)")
+    ax.bar([label(r["group"]) for r in avg], [r["mean"] for r in avg],
+           yerr=[pooled_se(rows, r["group"]) for r in avg], capsize=4, color=[color(r["group"]) for r in avg])
+    ax.set_ylim(max(0.0, min(r["mean"] for r in avg) - 5.0), None)
+    ax.tick_params(axis="x", rotation=30)
+    save(fig, path)
+
+
+def plot_spread(cells: Cells, path: str | Path) -> None:
+    """Box plot of the test accuracy over all learning rates and seeds per group, one panel per
+    dataset (Figs. 4 left and 18)."""
+    datasets = sorted({d for d, _, _ in cells})
+    ncols = min(4, len(datasets))
+    nrows = math.ceil(len(datasets) / ncols)
+    fig = Figure(figsize=(3.2 * ncols, 2.8 * nrows))
+    for i, dataset in enumerate(datasets):
+        ax = fig.add_subplot(nrows, ncols, i + 1)
+        groups = ordered_groups(g for d, g, _ in cells if d == dataset)
+        data = [[100.0 * r["test_acc"] for (d, g, _), rs in cells.items() if (d, g) == (dataset, group) for r in rs]
+                for group in groups]
+        ax.boxplot(data, tick_labels=[label(g) for g in groups])
+        ax.set_title(dataset, fontsize=9)
+        ax.tick_params(axis="x", labelsize=7, rotation=45)
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.supylabel("top-1 test accuracy (%)")
+    fig.tight_layout()
+    save(fig, path)
+
+
+CURVE_PANELS = (("grad_norm", "gradient norm", "log"), ("val_loss", "validation loss", "linear"))
+"""(curve key, axis label, y scale) of the two panels of :func:`plot_curves`."""
+
+
+def plot_curves(curves: list[dict], dataset: str, path: str | Path) -> bool:
+    """Gradient norm and validation loss against step per group (Fig. 4 middle and right).
+
+    Args:
+        curves: One dict per group: ``group``, ``lr``, and ``grad_norm`` and ``val_loss``, each a
+            (steps, values) pair of arrays (empty when not logged).
+        dataset: Named in the panel titles.
+        path: PNG file to write.
+
+    Returns:
+        False, and nothing written, when no curve has any point.
+    """
+    fig = Figure(figsize=(9, 3.2))
+    axes = [fig.add_subplot(1, 2, i + 1) for i in range(len(CURVE_PANELS))]
+    for ax, (key, name, scale) in zip(axes, CURVE_PANELS):
+        for curve in curves:
+            steps, values = curve[key]
+            if len(steps):
+                name_lr = f"{label(curve['group'])} (lr {curve['lr']:g})"
+                ax.plot(steps, values, color=color(curve["group"]), label=name_lr)
+        ax.set(xlabel="step", ylabel=name, yscale=scale, title=f"{dataset}: {name}")
+        ax.grid(True, alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    if not any(ax.lines for ax in axes):
+        return False
+    save(fig, path)
+    return True

@@ -1,83 +1,132 @@
-"""``python -m plasticity.summary``: finetuning accuracy next to plasticity and its bounds, per group.
+"""``python -m plasticity.report.summary``: the quickstart table, finetuning accuracy next to plasticity and its bound.
 
-Reads what the runs under ``--outputs`` wrote for one dataset and model: the finetuning records
-(per component, the run with the best validation accuracy), ``plasticity.json``/``.csv``
-(mean P(f) over blocks) and ``bounds.csv`` (mean bound over blocks), and prints one table.
+For one dataset and model under ``--outputs``, one row per component group:
+
+- trainable params, best val acc and test acc: the report's "best run" rule
+  (:func:`plasticity.report.tables.best_per_component`, Table 6 with ``select=val``): the learning
+  rate with the best *mean* validation accuracy over seeds (ties: the smallest), and the means over
+  seeds at that rate. Not the single run with the best validation accuracy.
+- acc rank: by that test accuracy, over the five groups.
+- plasticity P(f) and P rank: mean over blocks from the newest ``plasticity.csv``.
+- upper bound: mean over blocks of the group's bound (:data:`plasticity.components.BOUND_OF`)
+  from the newest ``bounds.csv``.
+
+Records are read through :func:`plasticity.report.collect.collect`: files that cannot be used are
+listed after the table, never fatal.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from rich.table import Table
 
-from plasticity.components import COMPONENTS, GROUPS
-from plasticity.console import console
-from plasticity.results import find_results, group_values, read_json
+from plasticity.components import BOUND_OF, COMPONENTS, GROUPS
+from plasticity.report.collect import Problem, collect, group_values
+from plasticity.report.tables import best_per_component, done_cells
+from plasticity.runs.io import read_json
+
+RULE = ("lr chosen by the best mean validation accuracy over seeds (as the report's Table 6, select=val); "
+        "accuracies are means over the seeds at that lr")
+COLUMNS = ("component", "trainable params", "lr", "seeds", "best val acc %", "test acc %", "acc rank",
+           "plasticity P(f)", "P rank", "upper bound")
 
 
-def best_finetune(root: Path, dataset: str, model: str) -> dict[str, dict]:
-    """Per component, the done finetuning record with the best validation accuracy."""
-    best: dict[str, dict] = {}
-    for _, r in find_results(root / "finetune" / dataset / model):
-        if r.get("status") == "done" and r.get("best_val_acc", -1) > best.get(r["component"], {}).get("best_val_acc", -1):
-            best[r["component"]] = r
-    return best
-
-
-BOUND_OF = {"ln1": "prop1", "ln2": "prop1", "mha": "prop3_rms", "fc1": "prop2", "fc2": "prop2"}
-"""The bound shown for each group: its proposition (MHA: Prop. 3 at the RMS token radius)."""
-
-
-def group_means(path: Path | None, column: str, keep=lambda row: True) -> dict[str, float]:
+def group_means(path: Path | None, column: str, keep: Callable[[dict], bool] = lambda row: True,
+                problems: list[Problem] | None = None) -> dict[str, float]:
     """Mean of ``column`` over blocks per group, from a per-(group, block) CSV (empty if none)."""
-    return {g: float(np.mean(v)) for g, v in group_values(path, column, keep).items()}
+    return {g: float(np.mean(v)) for g, v in group_values(path, column, keep, problems).items()}
 
 
 def latest(root: Path, name: str) -> Path | None:
-    found = sorted(root.rglob(name), key=lambda p: p.stat().st_mtime)
-    return found[-1] if found else None
+    """The newest file called ``name`` under ``root`` outside hidden folders, or None."""
+    found = [p for p in root.rglob(name) if not any(s.startswith(".") for s in p.relative_to(root).parts[:-1])]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
-def summary_table(root: Path, dataset: str, model: str) -> Table:
-    runs = best_finetune(root, dataset, model)
-    plasticity_csv = latest(root / "plasticity" / dataset / model, "plasticity.csv")
-    bounds_csv = latest(root / "bounds" / dataset / model, "bounds.csv")
-    plasticity = group_means(plasticity_csv, "mean")
-    bounds = group_means(bounds_csv, "value", lambda row: row["bound"] == BOUND_OF.get(row["group"]))
-    p_rank = {g: i + 1 for i, g in enumerate(sorted(plasticity, key=lambda g: -plasticity[g]))}
-    acc = {c: r["test_acc"] for c, r in runs.items() if c in GROUPS}
-    a_rank = {g: i + 1 for i, g in enumerate(sorted(acc, key=lambda g: -acc[g]))}
-    table = Table(title=f"{dataset} / {model}: finetuning and plasticity per group")
-    for column in ("component", "trainable params", "best val acc %", "test acc %", "acc rank",
-                   "plasticity P(f)", "P rank", "upper bound"):
+def ranks(values: dict[str, float]) -> dict[str, int]:
+    """1 for the largest value, 2 for the next, ..."""
+    return {g: i + 1 for i, g in enumerate(sorted(values, key=lambda g: -values[g]))}
+
+
+def best_runs(root: Path, dataset: str, model: str, problems: list[Problem]) -> dict[str, dict]:
+    """Per component, the report's best-run summary of ``<root>/finetune/<dataset>/<model>``."""
+    sweep = collect(root / "finetune" / dataset / model)
+    problems.extend(sweep.problems)
+    runs = [(d, r) for d, r in sweep.finetune if r["dataset"] == dataset]
+    return best_per_component(done_cells(runs), dataset, "val")
+
+
+def _fmt(value: object, spec: str) -> str:
+    return "-" if value is None else spec.format(value)
+
+
+def _pct(value: float | None) -> float | None:
+    return None if value is None else 100.0 * value
+
+
+def summary_table(root: Path, dataset: str, model: str, problems: list[Problem] | None = None) -> Table:
+    """The quickstart table of ``dataset``/``model`` under ``root`` (see the module docstring).
+
+    Args:
+        root: The outputs folder (``<root>/finetune``, ``<root>/plasticity``, ``<root>/bounds``).
+        dataset: Dataset name as in the run paths.
+        model: Model name as in the run paths.
+        problems: Receives ``(path, reason)`` of every file that could not be used, when given.
+    """
+    problems = [] if problems is None else problems
+    root = Path(root)
+    best = best_runs(root, dataset, model, problems)
+    plasticity = group_means(latest(root / "plasticity" / dataset / model, "plasticity.csv"), "mean",
+                             problems=problems)
+    bounds = group_means(latest(root / "bounds" / dataset / model, "bounds.csv"), "value",
+                         lambda row: row["bound"] == BOUND_OF.get(row["group"]), problems)
+    a_rank = ranks({c: b["test_acc"] for c, b in best.items() if c in GROUPS})
+    p_rank = ranks(plasticity)
+    table = Table(title=f"{dataset} / {model}: finetuning and plasticity per group", caption=RULE)
+    for column in COLUMNS:
         table.add_column(column, justify="left" if column == "component" else "right")
-    fmt = lambda v, f: "-" if v is None else f.format(v)  # noqa: E731
-    for c in COMPONENTS:
-        r = runs.get(c, {})
-        if not r and c not in plasticity:
-            continue
-        table.add_row(c, fmt(r.get("trainable_params"), "{:,}"), fmt(r.get("best_val_acc") and 100 * r["best_val_acc"], "{:.2f}"),
-                      fmt(r.get("test_acc") and 100 * r["test_acc"], "{:.2f}"), fmt(a_rank.get(c), "{}"),
-                      fmt(plasticity.get(c), "{:.3f}"), fmt(p_rank.get(c), "{}"), fmt(bounds.get(c), "{:.3g}"))
+    for c in (c for c in COMPONENTS if c in best or c in plasticity):
+        b = best.get(c, {})
+        params = b["records"][0].get("trainable_params") if b else None
+        table.add_row(c, _fmt(params, "{:,}"), _fmt(b.get("lr"), "{:g}"), _fmt(b.get("n_seeds"), "{}"),
+                      _fmt(_pct(b.get("best_val_acc")), "{:.2f}"), _fmt(_pct(b.get("test_acc")), "{:.2f}"),
+                      _fmt(a_rank.get(c), "{}"), _fmt(plasticity.get(c), "{:.3f}"), _fmt(p_rank.get(c), "{}"),
+                      _fmt(bounds.get(c), "{:.3g}"))
     return table
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--outputs", default="outputs")
+def ranking_line(root: Path, dataset: str, model: str) -> str | None:
+    """The plasticity ranking of the newest ``plasticity.json``, or None when there is none usable."""
+    path = latest(root / "plasticity" / dataset / model, "plasticity.json")
+    order = (read_json(path) or {}).get("ranking") if path else None
+    try:
+        return "plasticity ranking: " + " > ".join(f"{r['group']} ({r['mean']:.3f})" for r in order)
+    except (TypeError, KeyError, ValueError):
+        return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m plasticity.report.summary --outputs outputs [--dataset D] [--model M]``."""
+    from plasticity.console import console
+
+    parser = argparse.ArgumentParser(prog="python -m plasticity.report.summary", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--outputs", type=Path, default=Path("outputs"))
     parser.add_argument("--dataset", default="fashion_mnist_c/motion_blur")
     parser.add_argument("--model", default="vit_micro_patch7_28")
-    args = parser.parse_args()
-    con = console()
-    con.print(summary_table(Path(args.outputs), args.dataset, args.model))
-    ranking_file = latest(Path(args.outputs) / "plasticity" / args.dataset / args.model, "plasticity.json")
-    if ranking_file:
-        order = read_json(ranking_file)["ranking"]
-        con.print("plasticity ranking: " + " > ".join(f"{r['group']} ({r['mean']:.3f})" for r in order))
-    con.print(f"runs, metrics and figures: {Path(args.outputs).resolve()}")
+    args = parser.parse_args(argv)
+    con, problems = console(), []
+    con.print(summary_table(args.outputs, args.dataset, args.model, problems))
+    line = ranking_line(args.outputs, args.dataset, args.model)
+    if line:
+        con.print(line)
+    for path, reason in problems:
+        con.print(f"[yellow]skipped {path}: {reason}[/yellow]")
+    con.print(f"runs, metrics and figures: {args.outputs.resolve()}")
 
 
 if __name__ == "__main__":

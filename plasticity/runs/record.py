@@ -32,12 +32,20 @@ NOT_PROTOCOL = ("hydra", "paths", "logger", "callbacks", "sweep", "print_config"
 NOT_PROTOCOL_SUBKEYS = ("trainer.enable_progress_bar", "dataset.num_workers", "dataset.download", "task.always_run")
 
 
-def protocol(cfg: DictConfig | dict) -> dict[str, Any]:
+def protocol(cfg: DictConfig | dict, sections: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The resolved config without the keys that do not change the computation, flattened to
-    dotted keys (``{"optimizer.lr": 0.01, ...}``)."""
-    container = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
-    for key in NOT_PROTOCOL:
-        container.pop(key, None)
+    dotted keys (``{"optimizer.lr": 0.01, ...}``).
+
+    Args:
+        cfg: A job config (or its container).
+        sections: The top-level sections that define the run (the recipe's); None: all but
+            :data:`NOT_PROTOCOL`.
+    """
+    if isinstance(cfg, DictConfig):
+        keys = [k for k in cfg.keys() if (sections is None or k in sections) and k not in NOT_PROTOCOL]
+        container = {k: _resolved(cfg, k) for k in keys}
+    else:
+        container = {k: v for k, v in cfg.items() if (sections is None or k in sections) and k not in NOT_PROTOCOL}
     flat = _flatten(container)
     for key in NOT_PROTOCOL_SUBKEYS:
         flat.pop(key, None)
@@ -53,9 +61,14 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def config_hash(cfg: DictConfig | dict) -> str:
+def _resolved(cfg: DictConfig, key: str) -> Any:
+    node = cfg[key]
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+
+def config_hash(cfg: DictConfig | dict, sections: tuple[str, ...] | None = None) -> str:
     """Short hash of everything in the resolved config that changes what a run computes."""
-    blob = json.dumps(protocol(cfg), sort_keys=True, default=str)
+    blob = json.dumps(protocol(cfg, sections), sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 

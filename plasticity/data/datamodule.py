@@ -1,0 +1,201 @@
+"""The Lightning DataModule: a :class:`DataSpec`'s splits served as uint8 batches.
+
+The train order is a function of (seed, epoch) (:class:`EpochBatchSampler`), so a run resumed at
+an epoch boundary replays the exact batches of an uninterrupted run. Crop, flip and
+normalisation run on the accelerator (:mod:`plasticity.data.augment`), except on the JPEG path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
+
+from plasticity.data.images import FileDataset, eval_transform, train_transform
+from plasticity.data.sources import ArraySet, DataError, FileSet, check_severity, source
+from plasticity.data.spec import DataSpec, load_splits
+from plasticity.data.splits import Splits, expected_classes
+
+__all__ = ["DataModule", "EpochBatchSampler", "resolve_workers"]
+
+log = logging.getLogger(__name__)
+
+
+class _BatchDataset(Dataset):
+    """Returns a whole batch per index array: ``(uint8 (B, C, H, W), int64 (B,)[, int64 (B, 2)])``.
+
+    The third element, the images' original sizes, is present for prepared (squashed) train sets.
+    """
+
+    def __init__(self, arrays: ArraySet) -> None:
+        self.images, self.labels, self.sizes = arrays.images, arrays.labels, arrays.sizes
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, indices: list[int] | np.ndarray) -> tuple[torch.Tensor, ...]:
+        idx = np.asarray(indices, dtype=np.int64)
+        order = np.argsort(idx, kind="stable")  # sorted reads are sequential in a memory map
+        images = np.empty((len(idx), *self.images.shape[1:]), dtype=np.uint8)
+        images[order] = self.images[idx[order]]
+        batch = (torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(np.asarray(self.labels[idx])))
+        return batch if self.sizes is None else (*batch, torch.from_numpy(np.asarray(self.sizes[idx])))
+
+
+class EpochBatchSampler(Sampler):
+    """Shuffled batches of indices (last partial batch dropped), the order a function of (seed, epoch).
+
+    Lightning calls :meth:`set_epoch` at the start of every epoch, so a run resumed at an epoch
+    boundary sees exactly the batches an uninterrupted run would.
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int) -> None:
+        self.n, self.batch_size, self.seed, self.epoch = n, batch_size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch))
+        for start in range(0, len(self) * self.batch_size, self.batch_size):
+            yield order[start:start + self.batch_size].tolist()
+
+    def __len__(self) -> int:
+        return self.n // self.batch_size
+
+
+def resolve_workers(num_workers: int | str) -> int:
+    """``auto``: 0 without CUDA (two busy processes on a small CPU slow torch down), else up to 8."""
+    if num_workers == "auto":
+        return min(8, max(1, (os.cpu_count() or 2) - 1)) if torch.cuda.is_available() else 0
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise ValueError(f"dataset.num_workers={num_workers!r} must be a non-negative integer or 'auto'.")
+    return num_workers
+
+
+class DataModule(L.LightningDataModule):
+    """Serves a dataset's splits as uint8 batches; the augmentation runs on the device.
+
+    Array and prepared sets are served as whole batches built by fancy indexing. Unprepared
+    JPEG sets use the torchvision JPEG path in worker processes (train crops and flips there;
+    the device transform then only normalises, see :attr:`cpu_augment`).
+
+    Args:
+        spec: What to read (:class:`DataSpec`; its ``img_size`` is the model's input side).
+        micro_batch_size: Training batch size (``drop_last=True``).
+        eval_batch_size: Validation/test batch size (default ``micro_batch_size``).
+        num_workers: DataLoader worker processes, or ``auto``.
+        seed: Seed of the training order (a ``torch.Generator``), independent of the splits.
+        augment: Train with RandomResizedCrop + flip (else the eval transform) on the JPEG path.
+        crop_scale: RandomResizedCrop scale range on the JPEG path.
+        hflip: Horizontal flips on the JPEG path.
+    """
+
+    def __init__(
+        self,
+        spec: DataSpec,
+        *,
+        micro_batch_size: int,
+        eval_batch_size: int | None = None,
+        num_workers: int | str = 0,
+        seed: int = 0,
+        augment: bool = True,
+        crop_scale: tuple[float, float] = (0.08, 1.0),
+        hflip: bool = True,
+    ) -> None:
+        super().__init__()
+        source(spec.name)
+        check_severity(spec.severity)
+        if micro_batch_size <= 0 or (eval_batch_size is not None and eval_batch_size <= 0):
+            raise ValueError("batch sizes must be positive")
+        self.spec = spec
+        self.micro_batch_size = micro_batch_size
+        self.eval_batch_size = eval_batch_size or micro_batch_size
+        self.num_workers, self.seed = resolve_workers(num_workers), seed
+        self.expected_classes = expected_classes(spec.name, spec.num_classes)
+        self.augment, self.crop_scale, self.hflip = augment, tuple(crop_scale), hflip
+        self.splits: Splits | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def img_size(self) -> int:
+        return self.spec.img_size
+
+    def check(self) -> None:
+        """Raise before any compute if the data is missing or corrupt or cannot be trained on."""
+        self.spec.check()
+        if self.spec.source.reference_only:
+            raise DataError(
+                f"{self.name} is the plasticity reference (its test split only) and has no training split. "
+                f"Fix: finetune on another dataset; use it as task.reference=... of task=plasticity."
+            )
+
+    @property
+    def num_classes(self) -> int:
+        return self.expected_classes
+
+    @property
+    def split_hash(self) -> str:
+        return self._splits().split_hash
+
+    @property
+    def cpu_augment(self) -> bool:
+        """True when train batches arrive already cropped and flipped (the JPEG path)."""
+        return isinstance(self._splits().train, FileSet)
+
+    def prepare_data(self) -> None:
+        self.spec.ensure()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.splits is not None:
+            return
+        self.splits = load_splits(self.spec)
+        if len(self.splits.train) < self.micro_batch_size:
+            raise ValueError(
+                f"{self.name}: {len(self.splits.train)} training images < micro_batch_size "
+                f"{self.micro_batch_size}; with drop_last there would be no training batch"
+            )
+        if self.spec.source.kind == "files" and not self.splits.prepared:
+            log.warning("%s: reading JPEG files (no prepared arrays for img_size %d). Run `python launch.py "
+                        "task=prepare dataset=%s` once to decode them ahead of training.", self.name,
+                        self.img_size, self.name)
+
+    def _splits(self) -> Splits:
+        self.setup()
+        assert self.splits is not None
+        return self.splits
+
+    def _loader(self, dataset: Dataset, **kwargs) -> DataLoader:
+        return DataLoader(
+            dataset,
+            num_workers=self.num_workers,
+            pin_memory=torch.cuda.is_available(),
+            persistent_workers=self.num_workers > 0,
+            **kwargs,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        train = self._splits().train
+        sampler = EpochBatchSampler(len(train), self.micro_batch_size, self.seed)
+        if isinstance(train, FileSet):
+            transform = (train_transform(self.img_size, self.crop_scale, hflip=self.hflip) if self.augment
+                         else eval_transform(self.img_size))
+            return self._loader(FileDataset(train, transform), batch_sampler=sampler)
+        return self._loader(_BatchDataset(train), batch_size=None, sampler=sampler)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader(self._splits().val)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._eval_loader(self._splits().test)
+
+    def _eval_loader(self, arrays: ArraySet) -> DataLoader:
+        batches = BatchSampler(SequentialSampler(range(len(arrays))), self.eval_batch_size, False)
+        return self._loader(_BatchDataset(arrays), batch_size=None, sampler=batches)

@@ -1,0 +1,98 @@
+"""Recipes: one class per task, behind one protocol and one registry.
+
+A task is ``conf/task/<name>.yaml`` (its defaults and ``run_name``, the run's path) plus
+``plasticity/recipes/<name>.py`` (a class registered with :func:`register`): adding a task touches
+those two files only. :func:`names` lists the tasks from the module names without importing them
+(so ``--help`` stays fast); :func:`get` imports one.
+
+Every recipe answers four questions (:class:`Recipe`):
+
+- ``validate(cfg, problems, local)``: add every problem of the config, before any compute;
+- ``identity(cfg)``: the fields that name the run in its record (task, dataset, model, ...);
+- ``sections``: the config sections that define what the run computes (its config hash and the
+  printed config tree); ``always_run``: rebuilt at every launch (no skipping, no conflicts);
+- ``run()``: do the work in the run directory and return the record's result fields.
+
+Example:
+    >>> recipe = get("finetune")(cfg, run_dir)  # doctest: +SKIP
+    >>> fields = recipe.run()                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from omegaconf import DictConfig
+
+from plasticity.validate import Problems, check_top_level
+
+__all__ = ["REGISTRY", "Recipe", "get", "names", "register", "validate"]
+
+REGISTRY: dict[str, type[Recipe]] = {}
+"""Task name -> recipe class, filled as recipe modules are imported."""
+
+_NOT_TASKS = ("base",)
+
+
+class Recipe(Protocol):
+    """What every task implements (see the module docstring)."""
+
+    name: ClassVar[str]
+    sections: ClassVar[tuple[str, ...]]
+    always_run: ClassVar[bool]
+
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None: ...
+
+    @classmethod
+    def validate(cls, cfg: DictConfig, problems: Any, local: bool = True) -> None: ...
+
+    @classmethod
+    def identity(cls, cfg: DictConfig) -> dict[str, Any]: ...
+
+    def run(self) -> dict[str, Any]: ...
+
+
+def register(cls: type) -> type:
+    """Class decorator: adds a recipe to :data:`REGISTRY` under its ``name``."""
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def names() -> tuple[str, ...]:
+    """Every task name: the recipe modules of this package (nothing is imported)."""
+    found = (m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]))
+    return tuple(sorted(n for n in found if not n.startswith("_") and n not in _NOT_TASKS))
+
+
+def get(name: str) -> type[Recipe]:
+    """The recipe class of a task, imported on first use.
+
+    Raises:
+        ValueError: ``name`` is not a task; the message lists the tasks.
+    """
+    if name not in names():
+        raise ValueError(f"task={name!r} is not a task. Choices: {', '.join(names())}. Fix: task=<one of them>.")
+    if name not in REGISTRY:
+        importlib.import_module(f"{__name__}.{name}")
+    return REGISTRY[name]
+
+
+def validate(cfg: DictConfig, local: bool = True) -> list[str]:
+    """Every problem of a job's config, each a message with its fix (empty: good to run).
+
+    Args:
+        cfg: The composed job config.
+        local: The job runs on this machine (False: a SLURM launch, whose device checks happen
+            on the node).
+    """
+    p = Problems()
+    check_top_level(cfg, p)
+    task = cfg.get("task", {}).get("name")
+    if not p.require(task in names(), f"task={task!r} is not a task. Choices: {', '.join(names())}. "
+                                      f"Fix: task=<one of them>."):
+        return p.items
+    get(task).validate(cfg, p, local)
+    return p.items

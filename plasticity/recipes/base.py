@@ -1,0 +1,126 @@
+"""What the recipes share: the base class with the default identity and checks, and the setup of
+the two analyses (the model on its device and the stream of image pairs)."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator
+
+from omegaconf import DictConfig
+
+from plasticity.validate import Problems, check_dataset, check_dataset_values, check_model, check_seed, positive_int
+
+if TYPE_CHECKING:
+    import torch
+
+    from plasticity.data import ArraySet
+
+__all__ = ["AnalysisRecipe", "RecipeBase"]
+
+
+class RecipeBase:
+    """Defaults of the :class:`plasticity.recipes.Recipe` protocol.
+
+    Args:
+        cfg: The composed job config.
+        run_dir: The run's own directory.
+    """
+
+    name: ClassVar[str]
+    sections: ClassVar[tuple[str, ...]] = ("task", "model", "dataset", "seed")
+    always_run: ClassVar[bool] = False
+
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+
+    @classmethod
+    def validate(cls, cfg: DictConfig, problems: Problems, local: bool = True) -> None:
+        check_seed(cfg, problems)
+
+    @classmethod
+    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
+        return {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name, "seed": cfg.seed}
+
+    def run(self) -> dict[str, Any]:  # pragma: no cover - every recipe overrides it
+        raise NotImplementedError
+
+
+def device(name: str) -> "torch.device":
+    """``auto``: CUDA when available, else CPU."""
+    import torch
+
+    return torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
+
+
+class AnalysisRecipe(RecipeBase):
+    """Shared by ``task=plasticity`` and ``task=bounds``: pairs (reference test image, downstream
+    test image) streamed through the pretrained model on its device."""
+
+    @classmethod
+    def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
+        from plasticity.measure import PAIRINGS
+
+        super().validate(cfg, p, local)
+        task = cfg.task
+        check_model(cfg, p)
+        check_dataset(cfg, p, cfg.dataset.name)
+        check_dataset(cfg, p, task.reference, key="task.reference")
+        check_dataset_values(cfg.dataset, p)
+        for key in ("n_pairs", "batch_size"):
+            positive_int(p, f"task.{key}", task[key])
+        p.require(task.pairing in PAIRINGS, f"task.pairing={task.pairing!r}; choices: {', '.join(PAIRINGS)}. "
+                                            f"Fix: task.pairing=sequential (the official code's).")
+        p.require(task.precision in ("32-true", "bf16-mixed"),
+                  f"task.precision={task.precision!r}; choices: 32-true, bf16-mixed.")
+
+    @classmethod
+    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
+        return {**super().identity(cfg), "reference": cfg.task.reference}
+
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        super().__init__(cfg, run_dir)
+        self.device = device(cfg.task.device)
+
+    def setup_images(self) -> tuple["ArraySet", "ArraySet"]:
+        """Test splits of the reference and downstream datasets, decoded for the model's input side."""
+        from plasticity.data import DataSpec, load_splits
+
+        down = DataSpec.from_config(self.cfg)
+        ref = down.replace(name=self.cfg.task.reference, limit=None, num_classes=None)
+        for spec in (ref, down):  # every problem reported before anything is generated or loaded
+            spec.check()
+        return load_splits(ref).test, load_splits(down).test
+
+    def setup_net(self, num_classes: int = 10) -> "torch.nn.Module":
+        from plasticity.models import create_model
+
+        model = self.cfg.model
+        net = create_model(model.name, num_classes, pretrained=model.pretrained,
+                           weights_file=model.weights_file, **model.kwargs)
+        return net.to(self.device).eval()
+
+    def autocast(self):
+        import torch
+
+        if self.cfg.task.precision == "bf16-mixed" and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return nullcontext()
+
+    def pairs(self, net: "torch.nn.Module", ref: "ArraySet", down: "ArraySet") -> Iterator["torch.Tensor"]:
+        """Batches of 2B transformed images on the device: B reference images, then B downstream."""
+        import torch
+
+        from plasticity.data.augment import DeviceTransform
+        from plasticity.measure import pair_indices
+        from plasticity.models import image_size
+
+        task, data = self.cfg.task, self.cfg.dataset
+        ri, di = pair_indices(len(ref), len(down), task.n_pairs, task.pairing, task.pairing_seed)
+        transform = DeviceTransform(image_size(net), data.mean, data.std, train=False).to(self.device)
+        for start in range(0, task.n_pairs, task.batch_size):
+            stop = start + task.batch_size
+            x = torch.from_numpy(ref.images[ri[start:stop]]).permute(0, 3, 1, 2)
+            y = torch.from_numpy(down.images[di[start:stop]]).permute(0, 3, 1, 2)
+            yield torch.cat([transform(t.to(self.device, non_blocking=True)) for t in (x, y)])

@@ -1,0 +1,69 @@
+"""``task=prepare``: decode a JPEG dataset once into memory-mappable arrays
+(:mod:`plasticity.data.prepared`); array datasets need nothing and are only checked."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from omegaconf import DictConfig
+
+from plasticity.recipes import register
+from plasticity.recipes.base import RecipeBase
+from plasticity.validate import Problems, check_dataset, check_dataset_values, check_model, is_int, positive_int
+
+log = logging.getLogger(__name__)
+
+
+def image_side(cfg: DictConfig) -> int:
+    """``task.img_size``, else the configured model's input side (no model is built)."""
+    from plasticity.models import input_size
+
+    return int(cfg.task.get("img_size") or input_size(cfg.model.name, cfg.model.get("kwargs")))
+
+
+def check_data_task(cfg: DictConfig, p: Problems) -> None:
+    """What ``task=prepare`` and ``task=inspect_data`` need: a model name (for the input side) and the data."""
+    check_model(cfg, p)
+    check_dataset(cfg, p, cfg.dataset.name)
+    check_dataset_values(cfg.dataset, p)
+    size = cfg.task.get("img_size")
+    p.require(size is None or (is_int(size) and size > 0),
+              f"task.img_size={size!r} must be a positive integer or null (the model's input side).")
+
+
+@register
+class Prepare(RecipeBase):
+    """Recipe of ``task=prepare``."""
+
+    name = "prepare"
+    sections = ("task", "model", "dataset")
+    always_run = True  # cheap when done: finished splits are skipped inside
+
+    @classmethod
+    def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
+        check_data_task(cfg, p)
+        positive_int(p, "task.train_size", cfg.task.train_size)
+        workers = cfg.task.workers
+        p.require(workers == "auto" or (is_int(workers) and workers > 0),
+                  f"task.workers={workers!r} must be a positive integer or auto (all cores but one).")
+
+    @classmethod
+    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
+        return {"task": cls.name, "dataset": cfg.dataset.name}
+
+    def run(self) -> dict[str, Any]:
+        from plasticity.data import DataSpec, prepare
+
+        spec = DataSpec.from_config(self.cfg, img_size=image_side(self.cfg))
+        spec.ensure()
+        if spec.source.kind != "files":
+            log.info("%s is stored as arrays already: nothing to decode", spec.name)
+            return {"prepared": False, "reason": "stored as arrays already"}
+        workers = self.cfg.task.workers
+        workers = max(1, (os.cpu_count() or 1) - 1) if workers == "auto" else int(workers)
+        result = prepare(spec.name, spec.data_dir, spec.prepared_root, spec.img_size,
+                         train_size=int(self.cfg.task.train_size), workers=workers, num_classes=spec.num_classes)
+        log.info("prepared %s in %s (%s)", spec.name, result["dir"], result["sizes"])
+        return {"prepared": True, **result}

@@ -1,0 +1,43 @@
+"""``task=report``: the paper's tables and figures from a sweep's records (:mod:`plasticity.report`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig
+
+from plasticity.recipes import register
+from plasticity.recipes.base import RecipeBase
+from plasticity.validate import Problems
+
+
+@register
+class Report(RecipeBase):
+    """Recipe of ``task=report``: reads every record under ``sweep_dir``, writes ``<sweep_dir>/report/``."""
+
+    name = "report"
+    sections = ("task", "sweep_dir")
+    always_run = True  # a report is always rebuilt from the current records
+
+    @classmethod
+    def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
+        from plasticity.report import check_sweep_dir
+
+        problem = check_sweep_dir(cfg.sweep_dir)
+        if problem:
+            p.add(problem)
+        p.require(cfg.task.select in ("val", "test"),
+                  f"task.select={cfg.task.select!r}; choices: val (learning rate chosen on validation), "
+                  f"test (the paper's choice). Fix: task.select=val.")
+
+    @classmethod
+    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
+        return {"task": cls.name}
+
+    def run(self) -> dict[str, Any]:
+        from plasticity.report import write_report
+
+        result = write_report(self.cfg.sweep_dir, self.cfg.task.select, out_dir=self.run_dir)
+        print(f"report: {result.path} ({result.runs} runs, {result.done} done, {len(result.problems)} problems)")
+        return {"report": str(result.path), "sweep_dir": str(self.cfg.sweep_dir), "runs": result.runs,
+                "problems": len(result.problems)}

@@ -1,0 +1,242 @@
+"""Reading a sweep for the report and the summary: run records, training curves, per-block CSVs.
+
+This module owns every file read of :mod:`plasticity.report`, and none of them raises on a bad
+file: a file that cannot be used (unreadable, empty, truncated or non-object JSON; a record
+without its identity fields or with non-numeric values; a corrupt CSV) becomes a ``(path, reason)``
+problem that the caller lists, and the rest of the sweep is still used.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+
+from plasticity.runs.record import RESULT_FILE
+
+__all__ = ["Problem", "Sweep", "check_sweep_dir", "collect", "group_values", "read_metric", "read_metrics",
+           "read_record", "record_problem", "result_files"]
+
+Problem = tuple[str, str]
+"""A file that could not be used: ``(path, reason)``."""
+
+IDENTITY = {"finetune": ("dataset", "model", "component", "lr", "seed", "status"),
+            "plasticity": ("dataset", "model")}
+"""Fields a record of each task the report reads must have (records of other tasks are ignored)."""
+TEXT_FIELDS = ("dataset", "component", "status")
+ACCURACIES = ("best_val_acc", "test_acc")
+SWEEP_DIR_FIX = "Fix: sweep_dir=<a directory with run records, e.g. outputs/finetune/cifar10>."
+Series = tuple[np.ndarray, np.ndarray]
+"""(steps, values) of one logged metric."""
+
+
+@dataclass
+class Sweep:
+    """The usable records under a sweep directory and the files that could not be used.
+
+    Attributes:
+        root: The sweep directory.
+        finetune: ``(run_dir, record)`` of every valid finetuning record (any status), sorted by path.
+        analysis: ``(run_dir, record)`` of every valid plasticity analysis record.
+        problems: ``(path, reason)`` of every ``result.json`` that could not be used.
+    """
+
+    root: Path
+    finetune: list[tuple[Path, dict]] = field(default_factory=list)
+    analysis: list[tuple[Path, dict]] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+
+def result_files(root: str | Path) -> Iterator[Path]:
+    """Every ``result.json`` under ``root`` outside hidden folders (``.replaced-*``, ``.sweeps``),
+    unsorted (see :func:`plasticity.runs.record.find_results`)."""
+    root = Path(root)
+    for path in root.rglob(RESULT_FILE):
+        if not any(part.startswith(".") for part in path.relative_to(root).parts[:-1]):
+            yield path
+
+
+def check_sweep_dir(path: str | Path | None) -> str | None:
+    """The problem with ``path`` as a sweep directory, or None when it is usable.
+
+    Returns:
+        A message naming the key, the value and the fix when ``path`` is unset, missing, not a
+        directory, or holds no ``result.json``; None otherwise.
+    """
+    if path is None or str(path) == "":
+        return f"sweep_dir is not set. {SWEEP_DIR_FIX}"
+    shown, path = f"sweep_dir={str(path)!r}", Path(path)
+    if not path.exists():
+        return f"{shown} does not exist. {SWEEP_DIR_FIX}"
+    if not path.is_dir():
+        return f"{shown} is a file, not a directory. {SWEEP_DIR_FIX}"
+    if next(result_files(path), None) is None:
+        return f"{shown} has no {RESULT_FILE} under it (no runs yet?). {SWEEP_DIR_FIX}"
+    return None
+
+
+def read_record(path: Path) -> tuple[dict | None, str | None]:
+    """The JSON object in ``path`` and None, or None and why it cannot be read."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        return None, f"unreadable ({type(err).__name__}: {err})"
+    if not text.strip():
+        return None, "empty file (interrupted write?)"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        return None, f"truncated or invalid JSON ({err})"
+    if not isinstance(value, dict):
+        return None, f"not a JSON object but a {type(value).__name__}"
+    return value, None
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def record_problem(record: dict) -> str | None:
+    """Why the report cannot use ``record``, or None: no ``task``, a missing identity field, a
+    non-text name, a non-numeric ``lr``/``seed``, or a done run's accuracy not a number in [0, 1]."""
+    task = record.get("task")
+    if not isinstance(task, str):
+        return f"task={task!r}: not a run record of a known task"
+    fields = IDENTITY.get(task, ())
+    missing = [k for k in fields if record.get(k) is None]
+    if missing:
+        return f"missing identity field(s): {', '.join(missing)}"
+    for key in (k for k in TEXT_FIELDS if k in fields):
+        if not isinstance(record[key], str):
+            return f"{key}={record[key]!r} is not a string"
+    return _finetune_problem(record) if task == "finetune" else None
+
+
+def _finetune_problem(record: dict) -> str | None:
+    for key in ("lr", "seed"):
+        if not _is_number(record[key]):
+            return f"{key}={record[key]!r} is not a number"
+    if record["status"] == "done":
+        for key in ACCURACIES:
+            value = record.get(key)
+            if not (_is_number(value) and 0.0 <= value <= 1.0):
+                return f"{key}={value!r} is not a number in [0, 1] (status done)"
+    return None
+
+
+def collect(sweep_dir: str | Path) -> Sweep:
+    """Reads every ``result.json`` under ``sweep_dir`` (hidden folders skipped); never raises.
+
+    Finetuning and plasticity analysis records go to :attr:`Sweep.finetune` and
+    :attr:`Sweep.analysis`, records of other tasks are ignored, and every file that cannot be used
+    (see :func:`read_record` and :func:`record_problem`) goes to :attr:`Sweep.problems`.
+    """
+    sweep = Sweep(Path(sweep_dir))
+    for path in sorted(result_files(sweep.root)):
+        record, problem = read_record(path)
+        problem = problem or record_problem(record)
+        if problem:
+            sweep.problems.append((str(path), problem))
+        elif record["task"] == "finetune":
+            sweep.finetune.append((path.parent, record))
+        elif record["task"] == "plasticity":
+            sweep.analysis.append((path.parent, record))
+    return sweep
+
+
+def _number(text: str, column: str, line: int) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"line {line}: {column}={text!r} is not a number") from None
+
+
+def _rows(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, row) of a CSV; raises ValueError on an empty file or a row whose field count
+    differs from the header's (a truncated or corrupt file)."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None:
+            raise ValueError("empty file")
+        for row in reader:
+            if None in row or None in row.values():
+                raise ValueError(f"line {reader.line_num}: field count differs from the header's (truncated?)")
+            yield reader.line_num, row
+
+
+def _metric_points(path: Path, columns: Iterable[str]) -> dict[str, tuple[list[float], list[float]]]:
+    points: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in columns}
+    for line, row in _rows(path):
+        for column, (steps, values) in points.items():
+            value, step = row.get(column), row.get("step")
+            if value not in (None, "") and step not in (None, ""):
+                steps.append(_number(step, "step", line))
+                values.append(_number(value, column, line))
+    return points
+
+
+CSV_ERRORS = (OSError, UnicodeDecodeError, csv.Error, ValueError)
+
+
+def read_metrics(run_dir: str | Path, columns: Iterable[str]) -> tuple[dict[str, Series], list[Problem]]:
+    """Per column, (steps, values) from the run's ``metrics.csv`` and the earlier
+    ``metrics.part*.csv`` of resumed runs, skipping rows where it was not logged (empty arrays when
+    absent); and the files skipped as corrupt (truncated rows, non-numeric cells), as problems."""
+    columns = list(columns)
+    run_dir = Path(run_dir)
+    series: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in columns}
+    problems: list[Problem] = []
+    for path in sorted(run_dir.glob("metrics.part*.csv")) + [run_dir / "metrics.csv"]:
+        if not path.is_file():
+            continue
+        try:
+            points = _metric_points(path, columns)
+        except CSV_ERRORS as err:
+            problems.append((str(path), f"corrupt CSV ({err})"))
+            continue
+        for column, (steps, values) in points.items():
+            series[column][0].extend(steps)
+            series[column][1].extend(values)
+    return {c: (np.asarray(s), np.asarray(v)) for c, (s, v) in series.items()}, problems
+
+
+def read_metric(run_dir: str | Path, column: str, problems: list[Problem] | None = None) -> Series:
+    """(steps, values) of one column (see :func:`read_metrics`); corrupt files are skipped and
+    appended to ``problems`` when given."""
+    series, found = read_metrics(run_dir, [column])
+    if problems is not None:
+        problems.extend(found)
+    return series[column]
+
+
+def group_values(path: str | Path | None, column: str, keep: Callable[[dict], bool] = lambda row: True,
+                 problems: list[Problem] | None = None) -> dict[str, list[float]]:
+    """Values of ``column`` per ``group`` from a per-(group, block) CSV such as ``plasticity.csv``
+    or ``bounds.csv``, for the rows ``keep`` accepts.
+
+    Empty cells and a missing file give nothing; a corrupt file (truncated row, non-numeric cell,
+    missing ``group`` column) gives nothing and is appended to ``problems`` when given.
+    """
+    if path is None or not Path(path).is_file():
+        return {}
+    by: dict[str, list[float]] = {}
+    try:
+        for line, row in _rows(Path(path)):
+            if row.get(column) not in (None, "") and keep(row):
+                by.setdefault(row["group"], []).append(_number(row[column], column, line))
+    except KeyError as err:
+        return _skip(path, f"corrupt CSV (no column {err})", problems)
+    except CSV_ERRORS as err:
+        return _skip(path, f"corrupt CSV ({err})", problems)
+    return by
+
+
+def _skip(path: str | Path, reason: str, problems: list[Problem] | None) -> dict:
+    if problems is not None:
+        problems.append((str(path), reason))
+    return {}

@@ -1,0 +1,84 @@
+"""The markdown of ``report.md``: tables of rows, Table 6, and the sections listing what went wrong
+(runs not done, missing runs, files that could not be used). Pure functions returning text.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from plasticity.components import label
+from plasticity.report.tables import AVERAGE, ordered_groups
+
+PROBLEMS_HEADING = "## Problems (files that could not be used)"
+
+
+def md_table(header: list[str], body: list[list[str]]) -> str:
+    """A GitHub markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in body]) + "\n"
+
+
+def cell(text: Any) -> str:
+    """``text`` as one table cell: ``|`` becomes ``/``, newlines become spaces."""
+    return str(text).replace("|", "/").replace("\n", " ")
+
+
+def fmt(value: Any) -> str:
+    """A value for a table: floats with 4 significant digits (NaN empty), the rest as text."""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def rows_md(rows: list[dict], columns: list[str]) -> str:
+    """A markdown table of dict rows."""
+    return md_table(columns, [[fmt(r.get(c, "")) for c in columns] for r in rows])
+
+
+def table6_md(rows: list[dict]) -> str:
+    """Datasets as rows, groups as columns, cells "mean ± std" (average row: mean only)."""
+    groups = ordered_groups(r["group"] for r in rows)
+    by = {(r["dataset"], r["group"]): r for r in rows}
+    datasets = sorted({r["dataset"] for r in rows} - {AVERAGE}) + [AVERAGE]
+    body = []
+    for d in datasets:
+        line = [d]
+        for g in groups:
+            r = by.get((d, g))
+            line.append("" if r is None else f"{r['mean']:.2f}" if d == AVERAGE else f"{r['mean']:.2f} ± {r['std']:.2f}")
+        body.append(line)
+    return md_table(["dataset"] + [label(g) for g in groups], body)
+
+
+def not_done_md(runs: list[tuple[Path, dict]]) -> str:
+    """A table of the runs whose status is not ``done``, with their error ("None." when none)."""
+    bad = [(d, r) for d, r in runs if r.get("status") != "done"]
+    if not bad:
+        return "None.\n"
+    return md_table(["status", "run_dir", "error"], [[str(r.get("status")), str(d), cell(r.get("error", ""))]
+                                                     for d, r in bad])
+
+
+def missing_md(missing: list[dict]) -> str:
+    """A table of the cells with missing seeds ("None." when none)."""
+    if not missing:
+        return "None.\n"
+    rows = [{**m, "missing_seeds": ", ".join(map(str, m["missing_seeds"]))} for m in missing]
+    return rows_md(rows, ["dataset", "group", "lr", "n_seeds", "missing_seeds"])
+
+
+def bad_files_md(problems: list[tuple[str, str]]) -> str:
+    """A table of the files that could not be used, by path, with the reason ("None." when none)."""
+    if not problems:
+        return "None.\n"
+    return md_table(["path", "problem"], [[cell(path), cell(reason)] for path, reason in problems])
+
+
+def problems_md(runs: list[tuple[Path, dict]], missing: list[dict], problems: list[tuple[str, str]] = ()) -> str:
+    """The sections listing runs that are not done, cells with missing seeds, and files that could
+    not be used (each by path, with the reason; they enter no table)."""
+    return ("## Runs not done\n\n" + not_done_md(runs)
+            + "\n## Missing runs (cells with fewer done seeds than the sweep)\n\n" + missing_md(missing)
+            + f"\n{PROBLEMS_HEADING}\n\n" + bad_files_md(list(problems)))

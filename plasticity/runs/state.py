@@ -1,0 +1,132 @@
+"""What a launch finds in a run directory, and what it may do there.
+
+:func:`inspect_run` reads (never writes) a run directory and classifies it against the config
+about to run: new, finished with the same config (skip), finished with another config (a
+conflict: never modified), interrupted (resume when the config is the same), failed (re-run),
+or running in another process (skip). :func:`archive_run` moves a finished run aside when the
+user asks for ``sweep.overwrite=true``: nothing finished is ever deleted.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from plasticity.runs.lock import LOCK_FILE, lock_holder
+from plasticity.runs.record import CONFIG_FILE, FINISHED, STARTED_FILE, config_diff, config_hash, protocol, read_result
+
+__all__ = ["RunState", "archive_run", "clear_stale", "conflict_message", "inspect_run"]
+
+STALE = ("checkpoints", "metrics.csv", "error.log", "result.json")
+"""What a failed run leaves that a re-run with another config must not reuse."""
+
+
+@dataclass
+class RunState:
+    """A run directory as a launch finds it.
+
+    Attributes:
+        kind: ``new`` | ``same`` (finished, same config) | ``conflict`` (finished or interrupted,
+            another config) | ``resume`` (interrupted, same config) | ``failed`` | ``running``.
+        record: The existing ``result.json``, if any.
+        diff: ``(key, old, new)`` of the protocol keys that differ (conflicts and failed runs).
+        holder: Who runs it (``running`` only).
+    """
+
+    kind: str
+    record: dict | None = None
+    diff: list[tuple[str, Any, Any]] = field(default_factory=list)
+    holder: dict | None = None
+
+
+def _old_protocol(run_dir: Path, sections: tuple[str, ...]) -> dict | None:
+    path = run_dir / CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        old = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception:  # an unreadable config is no evidence of a match
+        return {"<config.yaml unreadable>": str(path)}
+    return protocol(old, sections)
+
+
+def _diff(run_dir: Path, record: dict | None, new: dict, new_hash: str, sections: tuple[str, ...]) -> list:
+    old = _old_protocol(run_dir, sections)
+    if old is not None:
+        return config_diff(old, new)
+    old_hash = (record or {}).get("config_hash")
+    return [] if old_hash in (None, new_hash) else [("config_hash", old_hash, new_hash)]
+
+
+def inspect_run(run_dir: str | Path, cfg: Any, sections: tuple[str, ...]) -> RunState:
+    """Classifies ``run_dir`` for the job config ``cfg`` (only ``sections`` define the run)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return RunState("new")
+    holder = lock_holder(run_dir)
+    if holder is not None:
+        return RunState("running", read_result(run_dir), holder=holder)
+    new = protocol(cfg, sections)
+    new_hash = config_hash(cfg, sections)
+    record = read_result(run_dir)
+    started = (run_dir / STARTED_FILE).is_file()
+    if record is None and not started:
+        return RunState("new")
+    diff = _diff(run_dir, record, new, new_hash, sections)
+    if record is not None and record.get("status") in FINISHED:
+        return RunState("conflict" if diff else "same", record, diff)
+    if record is None:  # started, never finished: interrupted (killed, preempted, timed out)
+        return RunState("conflict" if diff else "resume", None, diff)
+    return RunState("failed", record, diff)
+
+
+def conflict_message(run_dir: Path, state: RunState, limit: int = 6) -> str:
+    """The error for a launch that would touch a finished or interrupted run of another config."""
+    what = (f"a finished run ({state.record.get('status')}{_accuracy(state.record)})" if state.record
+            else "an interrupted run (resumable)")
+    shown = ", ".join(f"{k}: {_fmt(old)} -> {_fmt(new)}" for k, old, new in state.diff[:limit])
+    more = f" (+{len(state.diff) - limit} more)" if len(state.diff) > limit else ""
+    return (f"{run_dir} holds {what} made with a different config ({shown}{more}); it is left untouched. "
+            f"Fix: sweep.overwrite=true to run anyway (the old run is moved to {run_dir.parent}/."
+            f"{run_dir.name}.replaced-<time>/, nothing is deleted), or paths.output_dir=<another folder> to keep both.")
+
+
+def _accuracy(record: dict) -> str:
+    acc = record.get("test_acc")
+    return f", test acc {100 * acc:.2f}%" if isinstance(acc, (int, float)) else ""
+
+
+def _fmt(value: Any) -> str:
+    return "(unset)" if value is None else repr(value)
+
+
+def archive_run(run_dir: str | Path) -> Path:
+    """Moves everything in ``run_dir`` (but the lock) to a hidden sibling ``.<name>.replaced-<time>``.
+
+    Reports and sweeps skip hidden folders, so the archived run no longer counts, yet nothing is lost.
+    """
+    run_dir = Path(run_dir)
+    target = run_dir.parent / f".{run_dir.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"
+    target.mkdir(parents=True, exist_ok=False)
+    for entry in run_dir.iterdir():
+        if entry.name != LOCK_FILE:
+            shutil.move(str(entry), target / entry.name)
+    return target
+
+
+def clear_stale(run_dir: str | Path) -> None:
+    """Removes what a failed run of another config left (never called on finished runs)."""
+    run_dir = Path(run_dir)
+    for name in STALE:
+        path = run_dir / name
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    for part in run_dir.glob("metrics.part*.csv"):
+        part.unlink()

@@ -1,0 +1,286 @@
+"""Config validation before any compute: every problem of a config is reported at once.
+
+Each recipe's ``validate`` adds to a :class:`Problems` collector with the checkers below; a
+problem is one line that names the key, the bad value, the choices or valid range, and the fix.
+:func:`plasticity.recipes.validate` runs them all and returns the list, so nothing is built,
+read (beyond file headers) or written before the whole config is known to be good. It runs in
+the launching process for every job of a sweep (:mod:`plasticity.sweep`) and again in each job.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from typing import Any, Callable
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+__all__ = ["ConfigError", "KNOWN_KEYS", "Problems"]
+
+KNOWN_KEYS = ("paths", "model", "dataset", "component", "optimizer", "trainer", "logger", "callbacks", "task",
+              "experiment", "seed", "threads", "matmul_precision", "print_config", "resume", "sweep", "run_name",
+              "sweep_dir", "hydra")
+"""Top-level keys of ``conf/config.yaml``; anything else is a typo (e.g. ``+optimzer.lr=1``)."""
+
+TASK_OWNED_TRAINER = {
+    "max_steps": "task.max_steps", "max_epochs": "task.max_steps", "min_steps": "task.max_steps",
+    "val_check_interval": "task.val_every", "check_val_every_n_epoch": "task.val_every",
+    "accumulate_grad_batches": "task.batch_size (effective) and task.micro_batch_size",
+    "callbacks": "callbacks=<a conf/callbacks option>", "logger": "logger=<a conf/logger option>",
+    "default_root_dir": "paths.output_dir", "plugins": "hydra/launcher=slurm (SLURM is handled by submitit)",
+}
+"""Trainer arguments the task sets itself (a ``+trainer.<key>`` would be ignored) -> where they live."""
+
+
+class ConfigError(ValueError):
+    """A config that cannot work; ``problems`` holds one message per problem, each with its fix."""
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__(format_problems(self.problems))
+
+
+def format_problems(problems: list[str]) -> str:
+    if len(problems) == 1:
+        return problems[0]
+    return f"{len(problems)} problems:\n" + "\n".join(f"  - {p}" for p in problems)
+
+
+class Problems:
+    """Collects problem messages instead of stopping at the first one."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def add(self, message: str) -> None:
+        if message not in self.items:
+            self.items.append(message)
+
+    def require(self, ok: bool, message: str) -> bool:
+        """Adds ``message`` unless ``ok``; returns ``ok``."""
+        if not ok:
+            self.add(message)
+        return ok
+
+    def call(self, check: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+        """Runs a check that raises on a problem (ValueError, FileNotFoundError or a WeightsError);
+        its message becomes a problem. Returns whether it passed."""
+        from plasticity.errors import USER_ERRORS
+
+        try:
+            check(*args, **kwargs)
+        except USER_ERRORS as err:
+            for line in getattr(err, "problems", [str(err)]):
+                self.add(line)
+            return False
+        return True
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise ConfigError(self.items)
+
+
+# ----------------------------------------------------------------------------------- values
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def positive_int(p: Problems, key: str, value: Any, hint: str = "") -> bool:
+    return p.require(is_int(value) and value > 0, f"{key}={value!r} must be a positive integer.{hint}")
+
+
+def positive_number(p: Problems, key: str, value: Any, example: str) -> bool:
+    ok = is_number(value) and math.isfinite(value) and value > 0
+    return p.require(ok, f"{key}={value!r} must be a finite positive number. Fix: e.g. {key}={example}.")
+
+
+def closest(key: str, choices: list[str] | tuple[str, ...]) -> str | None:
+    found = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def flat_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
+    """Every dotted key of a config (``optimizer.lr``, ``task.max_steps`` ...)."""
+    keys = []
+    for key in cfg.keys():
+        value = cfg._get_node(key)
+        name = f"{prefix}{key}"
+        keys.append(name)
+        if isinstance(value, DictConfig):
+            keys += flat_keys(value, f"{name}.")
+    return keys
+
+
+# ----------------------------------------------------------------------------------- checkers
+
+
+def check_top_level(cfg: DictConfig, p: Problems) -> None:
+    """Unknown top-level keys (``+optimzer.lr=1`` adds ``optimzer``) name the closest known key."""
+    for key in cfg.keys():
+        if key not in KNOWN_KEYS:
+            near = closest(str(key), KNOWN_KEYS)
+            p.add(f"{key}={cfg.get(key)!r} is not a config key{f'; did you mean {near}?' if near else ''}. "
+                  f"Fix: {f'{near}.<key>=...' if near else 'remove it'} (python launch.py --cfg job lists every key).")
+
+
+def check_seed(cfg: DictConfig, p: Problems) -> None:
+    seed = cfg.get("seed")
+    p.require(is_int(seed) and seed >= 0,
+              f"seed={seed!r} must be a non-negative integer. Fix: e.g. seed=0 (the paper's seeds: 0, 42, 3407).")
+
+
+def check_callbacks(cfg: DictConfig, p: Problems) -> None:
+    """Each ``callbacks.<name>`` must be instantiable (an experiment may set options of a callback
+    that ``callbacks=none`` removed)."""
+    for name, node in (cfg.get("callbacks") or {}).items():
+        if node is None:
+            continue
+        p.require(isinstance(node, DictConfig) and "_target_" in node,
+                  f"callbacks.{name} has options but no _target_: the {name} callback is not selected "
+                  f"(callbacks={cfg.get('hydra', {}).get('runtime', {}).get('choices', {}).get('callbacks', 'none')}"
+                  f" replaced it). Fix: callbacks={name}, or drop the callbacks.{name}.* overrides.")
+
+
+def check_trainer(cfg: DictConfig, p: Problems, local: bool) -> None:
+    """Trainer keys the task owns, and a GPU trainer on a machine without CUDA (``local`` only:
+    a SLURM launch validates the GPU on the node)."""
+    trainer = cfg.get("trainer") or {}
+    for key, where in TASK_OWNED_TRAINER.items():
+        if key in trainer:
+            p.add(f"trainer.{key}={trainer[key]!r} is set by the task and would be ignored. Fix: {where}.")
+    accelerator = str(trainer.get("accelerator", "auto"))
+    if local and accelerator in ("gpu", "cuda"):
+        import torch
+
+        p.require(torch.cuda.is_available(),
+                  f"trainer.accelerator={accelerator!r} (trainer=gpu) needs CUDA, and this machine has no CUDA device. "
+                  f"Fix: trainer=cpu here, trainer=default (picks the device), or run on a GPU node "
+                  f"(hydra/launcher=slurm).")
+
+
+_CACHE: dict[tuple, list[str]] = {}
+"""Problems of a model or a dataset already checked in this process (a sweep checks each once)."""
+
+
+def _cached(key: tuple, check: Callable[[Problems], None], p: Problems) -> list[str]:
+    if key not in _CACHE:
+        found = Problems()
+        check(found)
+        _CACHE[key] = found.items
+    for item in _CACHE[key]:
+        p.add(item)
+    return _CACHE[key]
+
+
+def _mtime(path: Any) -> int | None:
+    try:
+        return os.stat(str(path)).st_mtime_ns
+    except (OSError, TypeError):
+        return None
+
+
+def check_model(cfg: DictConfig, p: Problems) -> list[str]:
+    """The timm name, then the weights file's header against the architecture (no model is built)."""
+    from plasticity.models import check_model_name, check_weights_file
+
+    model = cfg.model
+    kwargs = model.get("kwargs")
+    kwargs = OmegaConf.to_container(kwargs, resolve=True) if isinstance(kwargs, DictConfig) else dict(kwargs or {})
+    weights = model.get("weights_file")
+
+    def run(q: Problems) -> None:
+        if q.call(check_model_name, model.name):
+            q.call(check_weights_file, weights, model.name, kwargs)
+
+    return _cached(("model", model.name, weights, _mtime(weights), repr(sorted(kwargs.items()))), run, p)
+
+
+def check_dataset_values(data: DictConfig, p: Problems) -> None:
+    """Dataset options: severity, limit, class count, workers, normalisation, augmentation."""
+    from plasticity.data.datamodule import resolve_workers
+    from plasticity.data.sources import check_severity
+
+    p.call(check_severity, data.severity)
+    p.call(resolve_workers, data.get("num_workers", 0))
+    n = data.get("num_classes")
+    p.require(n is None or (is_int(n) and n > 0),
+              f"dataset.num_classes={n!r} must be a positive integer or null (the dataset's own).")
+    limit = data.get("limit")
+    p.require(limit is None or (is_int(limit) and limit > 0),
+              f"dataset.limit={limit!r} must be a positive number of training images or null (all).")
+    for key in ("mean", "std"):
+        _check_channels(p, key, data.get(key), positive=key == "std")
+    _check_crop_scale(p, data.get("crop_scale"))
+    for key in ("augment", "hflip", "download"):
+        value = data.get(key)
+        p.require(isinstance(value, bool), f"dataset.{key}={value!r} must be true or false.")
+
+
+def _check_channels(p: Problems, key: str, value: Any, positive: bool) -> None:
+    values = list(value) if isinstance(value, (ListConfig, list, tuple)) else None
+    ok = values is not None and len(values) == 3 and all(is_number(v) and math.isfinite(v) for v in values)
+    ok = ok and (not positive or all(v > 0 for v in values))
+    p.require(ok, f"dataset.{key}={value!r} must be 3 finite numbers{' > 0' if positive else ''}, one per RGB "
+                  f"channel (grey images are expanded to RGB). Fix: e.g. dataset.{key}="
+                  f"{'[0.229,0.224,0.225]' if key == 'std' else '[0.485,0.456,0.406]'} (ImageNet) or [0.5,0.5,0.5].")
+
+
+def _check_crop_scale(p: Problems, value: Any) -> None:
+    values = list(value) if isinstance(value, (ListConfig, list, tuple)) else None
+    ok = values is not None and len(values) == 2 and all(is_number(v) for v in values)
+    ok = ok and 0 < values[0] <= values[1] <= 1
+    p.require(ok, f"dataset.crop_scale={value!r} must be [low, high] with 0 < low <= high <= 1 (the share of the "
+                  f"image area RandomResizedCrop keeps). Fix: e.g. dataset.crop_scale=[0.08,1.0] (torchvision's).")
+
+
+def check_dataset(cfg: DictConfig, p: Problems, name: str, key: str = "dataset", trains: bool = False) -> None:
+    """A dataset name (``dataset`` or ``task.reference``) and its files (headers only)."""
+    from plasticity.data import DATASETS, DataSpec, source
+
+    if not p.require(name in DATASETS, _unknown_dataset(name, key, DATASETS)):
+        return
+    if trains and source(name).reference_only:
+        p.add(f"dataset={name!r} is the plasticity reference (test split only): it cannot be trained on. "
+              f"Fix: another dataset; use it as task.reference={name} of task=plasticity.")
+        return
+    spec = DataSpec.from_config(cfg, name=name, img_size=224)  # the size does not matter to the check
+    _cached(("data", spec), lambda q: q.call(spec.check), p)
+
+
+def inputs_status(cfg: DictConfig) -> tuple[str, str]:
+    """For a dry run: whether a job's data and weights exist, as ``ok`` or the problem."""
+    from plasticity.data import DATASETS
+
+    names = [cfg.dataset.name] + ([cfg.task.reference] if "reference" in cfg.task else [])
+    data_problems = []
+    for name in names:
+        if name in DATASETS:
+            data_problems += _CACHE.get(("data", _spec(cfg, name)), [])
+    data = "; ".join(data_problems) or "ok"
+    weights = cfg.model.get("weights_file")
+    if not weights:
+        return data, "hub" if cfg.model.get("pretrained") else "random init"
+    found = [v for k, v in _CACHE.items() if k[:3] == ("model", cfg.model.name, weights)]
+    return data, "; ".join(found[0]) if found and found[0] else "ok"
+
+
+def _spec(cfg: DictConfig, name: str):
+    from plasticity.data import DataSpec
+
+    return DataSpec.from_config(cfg, name=name, img_size=224)
+
+
+def _unknown_dataset(name: str, key: str, choices) -> str:
+    near = closest(str(name), sorted(choices))
+    return (f"{key}={name!r} is not a dataset.{f' Did you mean {near}?' if near else ''} Choices: "
+            f"{', '.join(sorted(choices))}. Fix: {key}=<one of them>.")
