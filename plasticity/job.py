@@ -49,9 +49,13 @@ def quiet_libraries() -> None:
                     ".*`ModelCheckpoint\\(monitor=.*",):
         warnings.filterwarnings("ignore", message=message)
     harmless = ("litlogger", "GPU available:", "TPU available:", "HPU available:", "LOCAL_RANK:", "The `srun` command",
-                "You are using a CUDA device", "Restoring states from the checkpoint", "Restored all states")
+                "You are using a CUDA device", "Restoring states from the checkpoint", "Restored all states",
+                "`Trainer.fit` stopped: `max_steps=", "Loaded model weights from the checkpoint",
+                "Seed set to", "exists and is not empty")
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).handlers.clear()  # they propagate to the job's own handlers: no double lines
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
-                 "lightning.pytorch.accelerators.cuda"):
+                 "lightning.pytorch.accelerators.cuda", "lightning.fabric.utilities.seed"):
         logging.getLogger(name).addFilter(lambda r: not any(h in r.getMessage() for h in harmless))
 
 
@@ -124,7 +128,7 @@ def own_run(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bo
     """Under the run's lock: skip, refuse, resume or run."""
     if recipe.always_run:  # rebuilt at every launch (report, prepare, inspect_data)
         return execute(cfg, recipe, run_dir, identity, multirun)
-    state = inspect_run(run_dir, cfg, recipe.sections)
+    state = inspect_run(run_dir, cfg, recipe.sections, locked=True)
     if state.kind == "same":
         if cfg.sweep.skip_done:
             log.info("skipping %s: already %s with this config (sweep.skip_done=true)", run_dir, state.record["status"])

@@ -135,20 +135,41 @@ class RunningStats:
         offset = torch.arange(len(self.keys), device=idx.device)[:, None] * HIST_BINS
         self.hist.view(-1).scatter_add_(0, (idx + offset)[valid], torch.ones_like(logs)[valid])
 
-    def summary(self) -> list[dict]:
-        """One row per key: mean, sample std, 95% CI of the mean (Student t), quantiles, count."""
+    def summary(self, distinct: int | None = None) -> list[dict]:
+        """One row per key: mean, sample std, 95% CI of the mean (Student t), quantiles, count.
+
+        Args:
+            distinct: The distinct (reference, downstream) pairs among those measured
+                (:func:`distinct_pairs`). Given, ``ci95`` is the Student-t interval of the mean over
+                the distinct pairs: a repeated pair carries no new information, so the interval uses
+                ``n = min(distinct, count)`` (t(0.975, n-1) * std / sqrt(n)), not the count of
+                measured pairs, and each row gets ``distinct_pairs`` (that n). None: every measured
+                pair counts as distinct, no ``distinct_pairs`` field (as before).
+        """
         count, mean = self.count.cpu().numpy(), self.mean.cpu().numpy()
         var = (self.m2.cpu().numpy() / np.maximum(count - 1, 1)).clip(min=0)
         hist = self.hist.cpu().numpy()
         rows = []
         for i, (group, block) in enumerate(self.keys):
             n, std = int(count[i]), float(np.sqrt(var[i])) if count[i] > 1 else float("nan")
-            half = float(scipy_stats.t.ppf(0.975, max(n - 1, 1)) * std / math.sqrt(max(n, 1)))
+            n_ci = n if distinct is None else min(int(distinct), n)
+            half = ci95_half_width(std, n_ci)
             q05, q50, q95 = histogram_quantiles(hist[i], (0.05, 0.5, 0.95))
-            rows.append(dict(group=group, block=block, mean=float(mean[i]) if n else float("nan"), std=std,
-                             ci95_low=float(mean[i]) - half, ci95_high=float(mean[i]) + half,
-                             q05=q05, q50=q50, q95=q95, n_pairs=n))
+            row = dict(group=group, block=block, mean=float(mean[i]) if n else float("nan"), std=std,
+                       ci95_low=float(mean[i]) - half, ci95_high=float(mean[i]) + half,
+                       q05=q05, q50=q50, q95=q95, n_pairs=n)
+            if distinct is not None:
+                row["distinct_pairs"] = n_ci
+            rows.append(row)
         return rows
+
+
+def ci95_half_width(std: float, n: int) -> float:
+    """Half-width of the Student-t 95% interval of a mean over ``n`` independent values:
+    t(0.975, n-1) * std / sqrt(n) (NaN below 2 values)."""
+    if n < 2:
+        return float("nan")
+    return float(scipy_stats.t.ppf(0.975, n - 1) * std / math.sqrt(n))
 
 
 def histogram_quantiles(counts: np.ndarray, qs: tuple[float, ...]) -> list[float]:
@@ -175,6 +196,24 @@ def pair_indices(n_ref: int, n_down: int, n_pairs: int, pairing: str, seed: int 
         return k % n_ref, k % n_down
     rng = np.random.default_rng(seed)
     return rng.integers(0, n_ref, n_pairs), rng.integers(0, n_down, n_pairs)
+
+
+def distinct_pairs(n_ref: int, n_down: int, n_pairs: int, pairing: str, seed: int = 0) -> int:
+    """How many distinct (reference index, downstream index) pairs :func:`pair_indices` draws.
+
+    ``sequential``: pair k is (k mod n_ref, k mod n_down), and pairs k and k' coincide exactly when
+    k = k' mod n_ref and mod n_down, i.e. mod lcm(n_ref, n_down) (Chinese remainder theorem): the
+    sequence repeats with period lcm, so ``min(n_pairs, lcm(n_ref, n_down))``. ``random``: the
+    unique pairs among those actually drawn with ``seed`` (i.i.d. draws repeat by chance).
+    """
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing={pairing!r}; choices: {', '.join(PAIRINGS)}")
+    if min(n_ref, n_down, n_pairs) <= 0:
+        return 0
+    if pairing == "sequential":
+        return min(n_pairs, math.lcm(n_ref, n_down))
+    ref, down = pair_indices(n_ref, n_down, n_pairs, pairing, seed)
+    return int(np.unique(ref.astype(np.int64) * n_down + down).size)
 
 
 def stat_keys(model: nn.Module, groups: tuple[str, ...] = GROUPS) -> list[tuple[str, int]]:

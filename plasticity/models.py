@@ -6,13 +6,20 @@ pretrains on Fashion-MNIST as its stand-in for ViT-B/16 pretrained on ImageNet-2
 
 from __future__ import annotations
 
+import logging
+
 import difflib
 from pathlib import Path
 
 import timm
+import torch
 import torch.nn as nn
 from timm.models import register_model
 from timm.models.vision_transformer import _create_vision_transformer
+
+from plasticity.errors import WeightsError
+
+log = logging.getLogger(__name__)
 
 default_cfgs = {
     "vit_micro_patch7_28": {
@@ -34,10 +41,6 @@ def vit_micro_patch7_28(pretrained: bool = False, **kwargs) -> nn.Module:
     return _create_vision_transformer("vit_micro_patch7_28", pretrained=pretrained, **{**args, **kwargs})
 
 
-class WeightsError(RuntimeError):
-    """Pretrained weights that cannot be found or fetched."""
-
-
 def check_model_name(name: str) -> None:
     """Raises ValueError naming close matches when timm does not know ``name``."""
     if timm.is_model(name):
@@ -51,14 +54,200 @@ def check_model_name(name: str) -> None:
     )
 
 
-def check_weights_file(weights_file: str | None) -> None:
-    """Raises FileNotFoundError when a configured local weights file does not exist."""
-    if weights_file and not Path(weights_file).is_file():
-        raise FileNotFoundError(
-            f"model.weights_file={weights_file!r} does not exist. Fix: point it at a .safetensors, "
-            f".pth or .bin state dict (e.g. one written by task=pretrain), or set "
-            f"model.weights_file=null."
+WEIGHTS_FIX = ("point it at a .safetensors, .pth or .bin state dict (e.g. one written by task=pretrain), "
+               "or set model.weights_file=null.")
+TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
+RESIZED = ("pos_embed", "patch_embed.proj.weight")  # timm resamples these when loading
+SHOWN = 3  # keys listed in a message, then "+N more"
+
+
+def check_weights_file(weights_file: str | None, model_name: str | None = None,
+                       kwargs: dict | None = None) -> None:
+    """Checks a local weights file from its header alone, before any model is built.
+
+    Reads only the tensor names and shapes (a safetensors header, or ``torch.load`` onto the meta
+    device: no tensor data). With ``model_name``, compares them with the model built on the meta
+    device (no memory): tensors of both with other shapes (the head, ``pos_embed`` and
+    ``patch_embed.proj.weight`` excepted: timm resizes them); when the file is timm-format, the
+    tensors the model needs that the file lacks (and blocks it has beyond the model's depth); when
+    its names are the model's behind one wrapper prefix (``net.``), that prefix.
+
+    Args:
+        weights_file: ``model.weights_file``; None or empty: nothing to check.
+        model_name: ``model.name`` (a pretrained tag is fine); None: only the file is read.
+        kwargs: ``model.kwargs``, the architecture arguments.
+
+    Raises:
+        FileNotFoundError: the path does not exist.
+        WeightsError: a directory, a file that cannot be parsed, or weights of another architecture.
+    """
+    if not weights_file:
+        return
+    path = Path(weights_file)
+    if not path.exists():
+        raise FileNotFoundError(f"model.weights_file={weights_file!r} does not exist. Fix: {WEIGHTS_FIX}")
+    if path.is_dir():
+        inside = sorted(p.name for p in path.iterdir() if p.suffix in (".safetensors", *TORCH_SUFFIXES))
+        holds = f" (it holds {', '.join(inside[:SHOWN])}{more(inside)})" if inside else ""
+        raise WeightsError(f"model.weights_file={weights_file!r} is a directory, not a weights file{holds}. "
+                           f"Fix: {WEIGHTS_FIX}")
+    shapes = weights_shapes(weights_file)
+    if model_name:
+        check_architecture(weights_file, shapes, model_name, kwargs or {})
+
+
+def more(items: list) -> str:
+    return f", +{len(items) - SHOWN} more" if len(items) > SHOWN else ""
+
+
+def weights_shapes(weights_file: str) -> dict[str, tuple[int, ...]]:
+    """Tensor shapes of a weights file without reading its tensors, keyed as timm loads them.
+
+    ``.safetensors``: the header. Anything else (``.pth``, ``.pt``, ``.bin``, ``.ckpt``): ``torch.load``
+    with ``weights_only`` onto the meta device, the state dict unwrapped as timm does
+    (``state_dict_ema``, ``model_ema``, ``state_dict`` or ``model``; ``module.`` prefixes dropped).
+
+    Raises:
+        WeightsError: the file cannot be parsed, or holds no tensor.
+    """
+    path = Path(weights_file)
+    safetensors = path.suffix == ".safetensors"
+    expected = "safetensors file" if safetensors else "PyTorch checkpoint (torch.save)"
+    size = path.stat().st_size
+    try:
+        if size == 0:
+            raise ValueError("the file is empty (0 bytes)")
+        if safetensors:
+            from safetensors import safe_open
+
+            with safe_open(weights_file, framework="pt") as f:
+                shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        else:
+            shapes = torch_shapes(weights_file)
+    except Exception as err:  # noqa: BLE001  (any parser failure is the user's file)
+        raise WeightsError(
+            f"model.weights_file={weights_file!r} cannot be read as a {expected} ({size} bytes): "
+            f"{parser_message(err)}. Fix: {WEIGHTS_FIX}"
+        ) from err
+    if not shapes:
+        raise WeightsError(f"model.weights_file={weights_file!r} holds no tensor (an empty {expected}). "
+                           f"Fix: {WEIGHTS_FIX}")
+    return shapes
+
+
+def torch_shapes(weights_file: str) -> dict[str, tuple[int, ...]]:
+    """Shapes of the state dict in a ``torch.save`` file, loaded onto the meta device (no data read
+    from a zip checkpoint; a legacy pickle is parsed in full)."""
+    import argparse
+
+    from timm.models._helpers import clean_state_dict
+
+    with torch.serialization.safe_globals([argparse.Namespace]):  # timm training checkpoints
+        obj = torch.load(weights_file, map_location="meta", weights_only=True)
+    if isinstance(obj, dict):
+        for key in ("state_dict_ema", "model_ema", "state_dict", "model"):  # timm's order
+            if isinstance(obj.get(key), dict):
+                obj = obj[key]
+                break
+    if not isinstance(obj, dict):
+        raise ValueError(f"it holds a {type(obj).__name__}, not a state dict (a dict of tensors)")
+    return {k: tuple(v.shape) for k, v in clean_state_dict(obj).items() if isinstance(v, torch.Tensor)}
+
+
+def parser_message(err: BaseException) -> str:
+    """One line of what a parser said (torch's weights-only errors are a paragraph)."""
+    text = str(err)
+    if "WeightsUnpickler error:" in text:
+        text = text.split("WeightsUnpickler error:", 1)[1].split("Check the documentation", 1)[0]
+    text = " ".join(text.split())
+    if "failed finding central directory" in text:
+        text = "not a complete zip archive (truncated or corrupted)"
+    first = text.split(". ")[0].rstrip(".")
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+def model_shapes(model_name: str, kwargs: dict) -> dict[str, tuple[int, ...]]:
+    """The state dict shapes of the headless model, built on the meta device (no memory, no init)."""
+    with torch.device("meta"):
+        net = timm.create_model(model_name, pretrained=False, num_classes=0, **kwargs)
+    return {k: tuple(v.shape) for k, v in net.state_dict().items()}
+
+
+def block_layout(shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """``depth`` (blocks) and ``embed_dim`` (token width) of a ViT-like state dict, where they show."""
+    layout = {}
+    blocks = {int(k.split(".")[1]) for k in shapes if k.startswith("blocks.") and k.split(".")[1].isdigit()}
+    if blocks:
+        layout["depth"] = max(blocks) + 1
+    for key in ("cls_token", "norm.weight", "blocks.0.norm1.weight"):
+        if key in shapes and shapes[key]:
+            layout["embed_dim"] = int(shapes[key][-1])
+            break
+    return layout
+
+
+def common_prefix(file_keys: list[str], expected: dict) -> str | None:
+    """``"net."`` when every file key is ``net.<a model key>`` for most model keys (a Lightning or
+    wrapper state dict that timm would load nothing from; ``module.`` timm strips itself)."""
+    heads = {k.split(".", 1)[0] for k in file_keys}
+    if len(heads) != 1 or heads == {"vision_encoder"}:  # timm converts TIPSv2's vision_encoder.*
+        return None
+    prefix = f"{heads.pop()}."
+    stripped = [k.removeprefix(prefix) for k in file_keys]
+    return prefix if sum(k in expected for k in stripped) >= 0.5 * min(len(stripped), len(expected)) else None
+
+
+def check_architecture(weights_file: str, shapes: dict[str, tuple[int, ...]], model_name: str,
+                       kwargs: dict) -> None:
+    """Raises WeightsError when the file's tensors do not fit the model built from ``model_name``."""
+    try:
+        expected = model_shapes(model_name, kwargs)
+    except Exception:  # noqa: BLE001  (bad model.kwargs: the model build reports them)
+        return
+    skip = lambda k: k.startswith("head.") or k in RESIZED  # noqa: E731
+    fmt = lambda s: f"[{', '.join(map(str, s))}]"  # noqa: E731
+    order = {k: i for i, k in enumerate(expected)}  # the model's order (safetensors sorts its keys)
+    shared = [k for k in shapes if k in expected and not skip(k)]
+    # 1-D tensors first: their shapes read as the width ([32] vs [64])
+    differ = sorted((k for k in shared if shapes[k] != expected[k]), key=lambda k: (len(shapes[k]), order[k]))
+    file_keys = [k for k in shapes if not skip(k)]
+    timm_format = len(shared) >= 0.5 * max(1, min(len(file_keys), len(expected)))
+    prefix = None if timm_format else common_prefix(file_keys, expected)
+    if prefix:
+        raise WeightsError(
+            f"model.weights_file={weights_file!r} names its tensors with the prefix {prefix!r} "
+            f"(e.g. {file_keys[0]!r}), so none of them would load into model.name={model_name!r}, "
+            f"which expects names like {next(iter(expected))!r}. Fix: save the state dict without "
+            f"the prefix ({{k.removeprefix({prefix!r}): v ...}}), or another model.weights_file."
         )
+    missing = [k for k in expected if k not in shapes and not skip(k)] if timm_format else []
+    extra = [k for k in file_keys if k not in expected and k.startswith("blocks.")] if timm_format else []
+    extra.sort(key=lambda k: [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in k.split(".")])
+    if not (differ or missing or extra):
+        return
+    parts = []
+    if differ:
+        listed = "; ".join(f"{k}: file {fmt(shapes[k])} vs model {fmt(expected[k])}" for k in differ[:SHOWN])
+        parts.append(f"{len(differ)} tensors differ in shape ({listed}{more(differ)})")
+    if missing:
+        parts.append(f"the file lacks {len(missing)} tensors the model needs "
+                     f"({', '.join(missing[:SHOWN])}{more(missing)})")
+    if extra:
+        parts.append(f"the file has {len(extra)} block tensors the model lacks "
+                     f"({', '.join(extra[:SHOWN])}{more(extra)})")
+    built = f"model.name={model_name!r}" + (f" with model.kwargs={kwargs}" if kwargs else "")
+    file_layout, model_layout = block_layout(shapes), block_layout(expected)
+    hint = {k: v for k, v in file_layout.items() if model_layout.get(k) != v}
+    layouts = ""
+    if hint:
+        show = lambda d: ", ".join(f"{k}={d[k]}" for k in hint if k in d)  # noqa: E731
+        layouts = f" The file looks like {show(file_layout)}; the model has {show(model_layout)}."
+    example = ", ".join(f"{k}={v}" for k, v in hint.items()) or "depth/embed_dim"
+    raise WeightsError(
+        f"model.weights_file={weights_file!r} holds weights of another architecture than {built}: "
+        f"{'; '.join(parts)}.{layouts} Fix: model.name=<the architecture the file was trained as> "
+        f"(or the matching model.kwargs, e.g. {example}), or another model.weights_file."
+    )
 
 
 def create_model(
@@ -82,10 +271,14 @@ def create_model(
     Raises:
         ValueError: unknown model name.
         FileNotFoundError: ``weights_file`` does not exist.
-        WeightsError: hub weights that cannot be fetched (offline machine, unknown tag).
+        WeightsError: ``weights_file`` is a directory, cannot be parsed or belongs to another
+            architecture (all found from its header, before the build); hub weights that cannot
+            be fetched (offline machine, unknown tag).
     """
     check_model_name(name)
-    check_weights_file(weights_file)
+    check_weights_file(weights_file, name, kwargs)  # header only, before anything is built
+    log.info("creating model %s (%s)", name, "weights: " + str(weights_file) if weights_file else
+             "pretrained from the hub" if pretrained else "random init")
     if weights_file:
         pretrained = True
         kwargs["pretrained_cfg_overlay"] = dict(file=str(Path(weights_file).resolve()))

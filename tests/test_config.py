@@ -41,11 +41,13 @@ def missing_data(problem: str) -> bool:
 
 
 @pytest.mark.parametrize("group, option", GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
-def test_every_group_option_composes_and_resolves(group, option):
+def test_every_group_option_composes_and_resolves(group, option, tmp_path):
     # The analysis tasks default to the paper's ImageNet reference: check them with one that exists.
     extra = ["task.reference=fashion_mnist"] if f"{group}={option}" in ("task=plasticity", "task=bounds") else []
     if f"{group}={option}" == "task=report":
-        extra = [f"sweep_dir={CONF}"]  # any existing directory (./outputs may not exist in a clean clone)
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / "result.json").write_text("{}")
+        extra = [f"sweep_dir={tmp_path}"]  # a folder with a record (./outputs may not exist in a clean clone)
     cfg = composed(f"{group}={option}", *extra)
     job = OmegaConf.to_container(cfg, resolve=True)
     job.pop("hydra")

@@ -101,7 +101,8 @@ def test_readme_layout_names_every_module_and_subpackage():
     for name in MODULES:
         short = name.removeprefix("plasticity").lstrip(".")
         if short and not short.split(".")[-1].startswith("_"):
-            assert f"`{short.split('.')[-1]}`" in layout or f"`{short}`" in layout, name
+            leaf = short.split(".")[-1]
+            assert any(f"`{form}`" in layout for form in (leaf, f"{leaf}/", short)), name
 
 
 def test_every_task_yaml_has_a_recipe_and_every_recipe_a_yaml():

@@ -5,9 +5,11 @@ import pytest
 import torch
 import torch.nn as nn
 
+from scipy import stats as scipy_stats
+
 from plasticity.measure import (
-    RunningStats, apply_module, embed_tokens, embedding_rates, measure, pair_indices, pair_rates,
-    ranking, stat_keys,
+    RunningStats, apply_module, distinct_pairs, embed_tokens, embedding_rates, measure, pair_indices,
+    pair_rates, ranking, stat_keys,
 )
 
 
@@ -127,3 +129,62 @@ def test_measured_plasticity_stays_below_the_bounds_of_each_block(micro_vit):
         assert measured[("mha", block)]["mean"] < bounds[("mha", block, "prop3_max")]
         assert measured[("fc1", block)]["q95"] <= bounds[("fc1", block, "prop2")] * 1.03
         assert measured[("ln1", block)]["mean"] < bounds[("ln1", block, "prop1")]
+
+
+def test_sequential_pairs_repeat_with_the_period_lcm_of_the_two_set_sizes():
+    # n_ref=4, n_down=6: pair k = (k % 4, k % 6); k and k+12 give the same pair, lcm(4, 6) = 12
+    ref, down = pair_indices(4, 6, 30, "sequential")
+    by_hand = [(k % 4, k % 6) for k in range(30)]
+    assert list(zip(ref.tolist(), down.tolist())) == by_hand
+    assert len(set(by_hand)) == 12 and by_hand[12] == by_hand[0] and by_hand[13] == by_hand[1]
+    assert distinct_pairs(4, 6, 30, "sequential") == 12
+    assert distinct_pairs(4, 6, 10, "sequential") == 10  # fewer pairs than the period: all distinct
+    assert distinct_pairs(5, 3, 8, "sequential") == 8  # coprime sizes: period 15
+    assert distinct_pairs(5, 3, 100, "sequential") == 15
+    assert distinct_pairs(10, 10, 25, "sequential") == 10  # equal sets: the diagonal only
+    assert distinct_pairs(3, 7, 0, "sequential") == 0
+
+
+@pytest.mark.parametrize("n_ref, n_down, n_pairs, seed", [(4, 6, 30, 0), (5, 5, 200, 3), (100, 80, 500, 7)])
+def test_random_distinct_pairs_are_the_unique_pairs_actually_drawn(n_ref, n_down, n_pairs, seed):
+    ref, down = pair_indices(n_ref, n_down, n_pairs, "random", seed)
+    drawn = set(zip(ref.tolist(), down.tolist()))
+    assert distinct_pairs(n_ref, n_down, n_pairs, "random", seed) == len(drawn)
+    assert len(drawn) <= min(n_pairs, n_ref * n_down)
+
+
+def test_small_random_sets_repeat_pairs_and_unknown_pairings_are_refused():
+    assert distinct_pairs(2, 2, 50, "random", seed=1) == 4  # only 4 pairs exist; 50 draws hit all
+    with pytest.raises(ValueError, match="sequential, random"):
+        distinct_pairs(5, 5, 5, "shuffled")
+
+
+def test_the_ci_uses_the_distinct_pairs_not_the_repeated_count():
+    g = torch.Generator().manual_seed(4)
+    base = torch.rand(1, 12, generator=g, dtype=torch.float64) + 0.5
+    stats = RunningStats([("mha", 0)])
+    stats.update(torch.cat([base] * 2 + [base[:, :6]], dim=1))  # 30 pairs, 12 distinct (sequential 4 x 6)
+    plain, = stats.summary()
+    row, = stats.summary(distinct=12)
+    values = torch.cat([base] * 2 + [base[:, :6]], dim=1)[0].numpy()
+    mean, std = values.mean(), values.std(ddof=1)
+    assert row["mean"] == pytest.approx(mean, rel=1e-12) and row["std"] == pytest.approx(std, rel=1e-10)
+    half_12 = scipy_stats.t.ppf(0.975, 11) * std / np.sqrt(12)
+    half_30 = scipy_stats.t.ppf(0.975, 29) * std / np.sqrt(30)
+    assert row["ci95_high"] - row["mean"] == pytest.approx(half_12, rel=1e-9)
+    assert row["mean"] - row["ci95_low"] == pytest.approx(half_12, rel=1e-9)
+    assert row["n_pairs"] == 30 and row["distinct_pairs"] == 12
+    # without distinct: unchanged, every pair counted, no distinct_pairs field
+    assert plain["ci95_high"] - plain["mean"] == pytest.approx(half_30, rel=1e-9) and "distinct_pairs" not in plain
+    assert row["ci95_high"] - row["ci95_low"] > 1.5 * (plain["ci95_high"] - plain["ci95_low"])
+    # distinct >= count changes nothing but the field
+    full, = stats.summary(distinct=30)
+    assert full["ci95_low"] == pytest.approx(plain["ci95_low"]) and full["distinct_pairs"] == 30
+    assert stats.summary(distinct=1000)[0]["distinct_pairs"] == 30
+
+
+def test_one_distinct_pair_has_no_interval():
+    stats = RunningStats([("ln1", 0)])
+    stats.update(torch.tensor([[2.0, 2.0, 2.0, 3.0]]))
+    row, = stats.summary(distinct=1)
+    assert np.isnan(row["ci95_low"]) and np.isnan(row["ci95_high"]) and row["distinct_pairs"] == 1

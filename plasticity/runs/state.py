@@ -63,12 +63,19 @@ def _diff(run_dir: Path, record: dict | None, new: dict, new_hash: str, sections
     return [] if old_hash in (None, new_hash) else [("config_hash", old_hash, new_hash)]
 
 
-def inspect_run(run_dir: str | Path, cfg: Any, sections: tuple[str, ...]) -> RunState:
-    """Classifies ``run_dir`` for the job config ``cfg`` (only ``sections`` define the run)."""
+def inspect_run(run_dir: str | Path, cfg: Any, sections: tuple[str, ...], locked: bool = False) -> RunState:
+    """Classifies ``run_dir`` for the job config ``cfg`` (only ``sections`` define the run).
+
+    Args:
+        run_dir: The run directory.
+        cfg: The job config about to run.
+        sections: The config sections that define the run (the recipe's).
+        locked: The caller holds the run's lock (so it is not ``running`` elsewhere).
+    """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return RunState("new")
-    holder = lock_holder(run_dir)
+    holder = None if locked else lock_holder(run_dir)
     if holder is not None:
         return RunState("running", read_result(run_dir), holder=holder)
     new = protocol(cfg, sections)
