@@ -5,13 +5,17 @@ Light on purpose (rich and omegaconf only): the sweep callback imports it in eve
 
 from __future__ import annotations
 
+import os
 from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
+VARYING = "PLASTICITY_SWEEP_VARYING"
+"""Set by the sweep for its jobs: the override keys that vary across them."""
 ORDER = ("task", "dataset", "model", "component", "optimizer", "trainer", "logger", "paths")
 # (column title, record key, formatter)
 COLUMNS = (
@@ -88,7 +92,7 @@ def print_problems(problems: list[str], header: str = "", con: Console | None = 
     con.print(f"[bold red]error[/bold red]: {header or 'the config has'} {count}; nothing was run or written:",
               highlight=False)
     for problem in problems:
-        con.print(f"  - {problem}", highlight=False, soft_wrap=True)
+        con.print(f"  - {problem}", highlight=False, soft_wrap=True, markup=False)
 
 
 def run_line(record: dict) -> str:
@@ -105,4 +109,11 @@ def run_line(record: dict) -> str:
         parts.append(f"wall {record['wall_s']:.0f} s")
     if status != "done" and record.get("error"):
         parts.append(str(record["error"]).splitlines()[0][:200])
-    return "  ".join(parts) + f"  {record.get('run_dir', '')}"
+    return parts[0] + "  " + escape("  ".join(parts[1:] + [str(record.get("run_dir", ""))]))
+
+
+def job_overrides(overrides: list[str]) -> str:
+    """A sweep job's overrides as its line shows them: only the keys that vary across the sweep."""
+    varying = os.environ.get(VARYING)
+    keep = [o for o in overrides if varying is None or o.split("=", 1)[0] in varying.split(",")]
+    return " ".join(keep) or "(no varying override)"

@@ -27,16 +27,16 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from rich.markup import escape
 
-from plasticity.console import console, print_config_tree, run_line
+from plasticity.console import console, job_overrides, print_config_tree, run_line
 from plasticity.errors import USER_ERRORS
 from plasticity.runs import CONFIG_FILE, RESULT_FILE, STARTED_FILE, RunLock, config_hash, write_json_atomic
 from plasticity.runs.state import archive_run, clear_stale, conflict_message, inspect_run
+from plasticity.validate import VALIDATED
 
 log = logging.getLogger(__name__)
 LOG_FILE = "launch.log"
-VALIDATED: set[str] = set()
-"""Run directories whose config this process already validated (the sweep callback does it first)."""
 
 
 def quiet_libraries() -> None:
@@ -120,7 +120,8 @@ def _known_task(cfg: DictConfig) -> bool:
 
 def running(run_dir: Path, identity: dict, holder: dict) -> dict[str, Any]:
     where = ", ".join(f"{k} {v}" for k, v in holder.items()) or "another process"
-    console().print(f"[yellow]running[/yellow] {run_dir}: in progress elsewhere ({where}); skipped, nothing touched")
+    console().print(f"[yellow]running[/yellow] {run_dir}: in progress elsewhere ({where}); skipped, nothing touched",
+                    highlight=False)
     return {**identity, "run_dir": str(run_dir), "status": "running", "holder": holder, "skipped": True}
 
 
@@ -154,8 +155,8 @@ def start(cfg: DictConfig, recipe, run_dir: Path, multirun: bool) -> logging.Han
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     logging.getLogger().addHandler(handler)
     if multirun:
-        overrides = " ".join(hydra_cfg.overrides.task) or "(no overrides)"
-        console().print(f"[bold]job {hydra_cfg.job.num}[/bold] {overrides} -> {run_dir}", highlight=False)
+        overrides = job_overrides(list(hydra_cfg.overrides.task))
+        console().print(f"[bold]job {hydra_cfg.job.num}[/bold] " + escape(f"{overrides} -> {run_dir}"), highlight=False)
     elif cfg.get("print_config", True):
         print_config_tree(cfg, recipe.sections + ("paths",) + (("logger", "callbacks") if "trainer" in recipe.sections else ()))
     return handler

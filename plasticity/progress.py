@@ -56,7 +56,7 @@ class StepProgressBar(ProgressBar):
             self._progress.update(self._task, completed=trainer.global_step, description=self._text(trainer))
 
     def on_validation_end(self, trainer, pl_module) -> None:
-        if not self._enabled or trainer.sanity_checking or not trainer.training:
+        if not self._enabled or trainer.sanity_checking or trainer.state.fn != "fit":
             return
         if self._progress is not None:
             self._progress.update(self._task, description=self._text(trainer))

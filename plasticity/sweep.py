@@ -28,12 +28,14 @@ from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
+from rich.markup import escape
 
-from plasticity.console import console, print_config_tree, print_problems, results_table
+from plasticity.console import VARYING, console, print_config_tree, print_problems, results_table
 from plasticity.runs.io import read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 SWEEP_ID = "PLASTICITY_SWEEP_ID"
+"""The sweep's id, inherited by the jobs (in-process, submitit local or SLURM)."""
 
 
 def journal_dir(sweep_dir: str | Path, sweep_id: str) -> Path:
@@ -152,7 +154,7 @@ def check(job: Job, local: bool) -> Job:
 
 def mark_validated(jobs: list[Job]) -> None:
     """Jobs that run in this process need not validate again."""
-    from plasticity.job import VALIDATED
+    from plasticity.validate import VALIDATED
 
     VALIDATED.update(str(job.run_dir) for job in jobs if job.run_dir is not None)
 
@@ -164,7 +166,9 @@ def stop_on_problems(jobs: list[Job]) -> None:
     if len(jobs) == 1:
         print_problems(bad[0].problems)
         raise SystemExit(1)
-    lines = [f"job {job.num} ({' '.join(job.overrides) or 'no overrides'}): {p}" for job in bad for p in job.problems]
+    varying = set(varying_keys(jobs))
+    lines = [f"job {job.num} ({' '.join(o for o in job.overrides if o.split('=', 1)[0] in varying)}): {p}"
+             for job in bad for p in job.problems]
     print_problems(lines, header=f"{len(bad)} of {len(jobs)} jobs have")
     raise SystemExit(1)
 
@@ -177,31 +181,35 @@ STATUS = {"new": "to run", "same": "done (skip)", "resume": "to resume", "failed
 
 
 def dry_run(jobs: list[Job], started: float) -> None:
-    """Prints one row per job and a count per status; creates nothing."""
+    """Prints one row per job (run dir, status, data, weights, other problems), each missing input's
+    message once, and a count per status; creates nothing."""
     from rich.table import Table
 
     from plasticity.validate import inputs_status
 
     table = Table(title=f"dry run: {len(jobs)} jobs (nothing created, no model or data loaded)")
-    for column in ("job", "run dir", "status", "data", "weights", "problems"):
+    for column in ("job", "run dir", "status", "data", "weights", "other problems"):
         table.add_column(column)
     counts: dict[str, int] = {}
+    inputs: dict[str, None] = {}
     for job in jobs:
         data, weights = inputs_status(job.cfg) if job.cfg is not None else ("?", "?")
-        status = "rejected" if job.problems else STATUS.get(getattr(job.state, "kind", ""), "to run")
+        missing = [text for text in (data, weights) if text not in ("ok", "hub", "random init", "?")]
+        inputs.update(dict.fromkeys(missing))
+        other = [p for p in job.problems if not any(p in text for text in missing)]
+        status = "rejected" if other else STATUS.get(getattr(job.state, "kind", ""), "to run")
         counts[status] = counts.get(status, 0) + 1
-        shown = [p for p in job.problems if p not in (data, weights)]
-        table.add_row(str(job.num), str(_relative(job.run_dir)), status, _short(data), _short(weights),
-                      "; ".join(shown)[:300] or "-")
+        for name, text in (("data missing", data), ("weights unusable", weights)):
+            counts[name] = counts.get(name, 0) + (text in missing)
+        table.add_row(str(job.num), str(_relative(job.run_dir)), status, "ok" if data == "ok" else "MISSING",
+                      weights if weights in ("ok", "hub", "random init") else "BAD", escape("; ".join(other)) or "-")
     con = console()
     con.print(table)
+    for text in inputs:
+        con.print(f"  - {text}", markup=False, highlight=False)
     todo = counts.get("to run", 0) + counts.get("to resume", 0) + counts.get("failed (re-run)", 0)
-    con.print(f"dry run: {len(jobs)} jobs, {todo} to run | " + " | ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-              + f" | checked in {time.perf_counter() - started:.1f} s", highlight=False)
-
-
-def _short(text: str) -> str:
-    return text if len(text) < 40 else text.split(":")[0][:40] + "..."
+    con.print(f"dry run: {len(jobs)} jobs, {todo} to run | " + " | ".join(f"{k} {v}" for k, v in counts.items()
+              if v and k not in ("to run",)) + f" | checked in {time.perf_counter() - started:.1f} s", highlight=False)
 
 
 def _relative(path: Path | None) -> Path | str:
@@ -211,6 +219,12 @@ def _relative(path: Path | None) -> Path | str:
         return path.relative_to(Path.cwd())
     except ValueError:
         return path
+
+
+def varying_keys(jobs: list[Job]) -> list[str]:
+    """The override keys whose value is not the same in every job."""
+    shared = {o for o in jobs[0].overrides if all(o in j.overrides for j in jobs)}
+    return sorted({o.split("=", 1)[0] for job in jobs for o in job.overrides if o not in shared})
 
 
 # ----------------------------------------------------------------------------------- callback
@@ -249,8 +263,8 @@ class SweepSummary(Callback):
         if first.get("print_config", True):
             recipe = get(first.task.name)
             print_config_tree(first, recipe.sections + ("paths",), title=f"config (job 0 of {len(jobs)})")
-        varying = sorted({o.split("=", 1)[0] for job in jobs for o in job.overrides} -
-                         {o.split("=", 1)[0] for o in jobs[0].overrides if all(o in j.overrides for j in jobs)})
+        varying = varying_keys(jobs)
+        os.environ[VARYING] = ",".join(varying)
         console().print(f"{len(jobs)} jobs" + (f", varying {', '.join(varying)}" if varying else ""), highlight=False)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
@@ -268,6 +282,7 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_id = os.environ.pop(SWEEP_ID, None)
+        os.environ.pop(VARYING, None)
         if not sweep_id:
             return
         folder = journal_dir(config.hydra.sweep.dir, sweep_id)
@@ -282,6 +297,6 @@ class SweepSummary(Callback):
                   f"journal {folder}", highlight=False)
         failed = [r for r in records if r.get("status") in ("failed", "rejected")]
         for r in failed:
-            con.print(f"[red]{r.get('status')}[/red] {r.get('run_dir')}: {r.get('error')}", highlight=False)
+            con.print(f"[red]{r.get('status')}[/red] " + escape(f"{r.get('run_dir')}: {r.get('error')}"), highlight=False)
         if failed:
             raise SystemExit(1)

@@ -16,7 +16,11 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-__all__ = ["ConfigError", "KNOWN_KEYS", "Problems"]
+__all__ = ["ConfigError", "KNOWN_KEYS", "Problems", "VALIDATED"]
+
+VALIDATED: set[str] = set()
+"""Run directories whose config this process already validated (the sweep callback checks before Hydra
+creates them; the job then need not check again)."""
 
 KNOWN_KEYS = ("paths", "model", "dataset", "component", "optimizer", "trainer", "logger", "callbacks", "task",
               "experiment", "seed", "threads", "matmul_precision", "print_config", "resume", "sweep", "run_name",
@@ -207,11 +211,12 @@ def check_model(cfg: DictConfig, p: Problems) -> list[str]:
 
 def check_dataset_values(data: DictConfig, p: Problems) -> None:
     """Dataset options: severity, limit, class count, workers, normalisation, augmentation."""
-    from plasticity.data.datamodule import resolve_workers
     from plasticity.data.sources import check_severity
 
     p.call(check_severity, data.severity)
-    p.call(resolve_workers, data.get("num_workers", 0))
+    workers = data.get("num_workers", 0)
+    p.require(workers == "auto" or (is_int(workers) and workers >= 0),
+              f"dataset.num_workers={workers!r} must be a non-negative integer or auto (0 without CUDA, else up to 8).")
     n = data.get("num_classes")
     p.require(n is None or (is_int(n) and n > 0),
               f"dataset.num_classes={n!r} must be a positive integer or null (the dataset's own).")

@@ -224,7 +224,12 @@ class Finetune(RecipeBase):
             part = self.run_dir / f"metrics.part{len(list(self.run_dir.glob('metrics.part*.csv')))}.csv"
             metrics.rename(part)
             kept = f"; the metrics logged so far stay in {part.name}"
-        step = torch.load(last, map_location="cpu", weights_only=False, mmap=True).get("global_step", "?")
+        try:
+            step = torch.load(last, map_location="cpu", weights_only=False).get("global_step", "?")
+        except Exception as err:
+            raise RuntimeError(f"cannot resume: {last} is not a readable checkpoint ({type(err).__name__}: "
+                               f"{str(err).splitlines()[0]}). Fix: delete it to restart the run from step 0, or "
+                               f"resume=false.") from err
         log.info("resuming an interrupted run from step %s of %d (%s)%s", step, self.cfg.task.max_steps, last, kept)
         return str(last)
 
