@@ -31,11 +31,9 @@ from typing import Iterable
 import torch
 import torch.nn as nn
 
-from plasticity.components import GROUPS
+from plasticity.components import GROUPS, MODULES
 from plasticity.measure import embed_tokens
 
-BOUNDS = ("prop1", "prop2", "prop3_rms", "prop3_max", "prop4")
-"""Bound names in :func:`block_bounds` rows."""
 
 
 def _f64(t: torch.Tensor) -> torch.Tensor:
@@ -313,17 +311,18 @@ def block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
     n, alpha = stats.n, patch_embed_norm(model)
     rows = []
     for i, block in enumerate(model.blocks):
-        heads = attention_heads(block.attn)
+        module = lambda group: block.get_submodule(MODULES[group])  # noqa: E731
+        heads = attention_heads(module("mha"))
         values = {
-            "ln1": {"prop1": ln_bound(block.norm1, stats.sigma)},
+            "ln1": {"prop1": ln_bound(module("ln1"), stats.sigma)},
             "mha": {
                 "prop3_rms": mha_bound(heads, n, stats.r_rms),
                 "prop3_max": mha_bound(heads, n, stats.r_max),
                 "prop4": mha_bound_embedding(heads, n, alpha, stats.energy),
             },
-            "ln2": {"prop1": ln_bound(block.norm2, stats.sigma)},
-            "fc1": {"prop2": fc_bound(block.mlp.fc1)},
-            "fc2": {"prop2": fc_bound(block.mlp.fc2)},
+            "ln2": {"prop1": ln_bound(module("ln2"), stats.sigma)},
+            "fc1": {"prop2": fc_bound(module("fc1"))},
+            "fc2": {"prop2": fc_bound(module("fc2"))},
         }
         rows += [{"group": g, "block": i, "bound": b, "value": v}
                  for g in GROUPS for b, v in values[g].items()]
