@@ -32,11 +32,13 @@ $(FMNIST_RAW)/%: | $(FMNIST_SRC)/%.gz
 	@mkdir -p $(FMNIST_RAW)
 	gunzip -c $(FMNIST_SRC)/$*.gz > $@.tmp && mv $@.tmp $@
 
-# The Debian package dataset-fashion-mnist, installed when apt is usable.
+# The Debian package dataset-fashion-mnist, installed when apt is usable (reinstalled when its files
+# were removed). Its files are never deleted by make (.PRECIOUS: they are not intermediate files).
+.PRECIOUS: $(FMNIST_SRC)/%.gz
 $(FMNIST_SRC)/%.gz:
 	@if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-	  (dpkg -s dataset-fashion-mnist >/dev/null 2>&1 || apt-get install -y -qq dataset-fashion-mnist >/dev/null 2>&1 || \
-	   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist)); \
+	  (apt-get install -y -qq --reinstall dataset-fashion-mnist >/dev/null 2>&1 || \
+	   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall dataset-fashion-mnist)); \
 	fi
 	@test -f $@ || { echo "Fashion-MNIST not found at $(FMNIST_SRC). Install the Debian package" \
 	  "dataset-fashion-mnist (apt-get install dataset-fashion-mnist), or put the four idx files in" \
