@@ -18,11 +18,11 @@ import hashlib
 from omegaconf import OmegaConf
 
 from plasticity.components import GROUPS
+from plasticity.runs.record import optimizer_name
 
 OmegaConf.register_new_resolver("run_id", lambda text: hashlib.sha1(str(text).encode()).hexdigest()[:16],
                                 replace=True)
 OmegaConf.register_new_resolver("groups", lambda: list(GROUPS), replace=True)
-OmegaConf.register_new_resolver("optimizer_name", lambda target: str(target).rsplit(".", 1)[-1].lower(),
-                                replace=True)
+OmegaConf.register_new_resolver("optimizer_name", optimizer_name, replace=True)
 
 __version__ = "0.2.0"

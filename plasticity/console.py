@@ -112,8 +112,10 @@ def run_line(record: dict) -> str:
     return parts[0] + "  " + escape("  ".join(parts[1:] + [str(record.get("run_dir", ""))]))
 
 
-def job_overrides(overrides: list[str]) -> str:
-    """A sweep job's overrides as its line shows them: only the keys that vary across the sweep."""
-    varying = os.environ.get(VARYING)
-    keep = [o for o in overrides if varying is None or o.split("=", 1)[0] in varying.split(",")]
+def job_overrides(overrides: list[str], varying: list[str] | None = None) -> str:
+    """A sweep job's overrides as its lines show them: only the keys that vary across the sweep
+    (``varying``; by default what the sweep set in the environment for its jobs)."""
+    if varying is None and os.environ.get(VARYING) is not None:
+        varying = os.environ[VARYING].split(",")
+    keep = [o for o in overrides if varying is None or o.split("=", 1)[0] in varying]
     return " ".join(keep) or "(no varying override)"

@@ -29,7 +29,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
-from plasticity.console import console, job_overrides, print_config_tree, run_line
+from plasticity.console import console, job_overrides, print_config_tree, print_problems, run_line
 from plasticity.errors import USER_ERRORS
 from plasticity.runs import CONFIG_FILE, RESULT_FILE, STARTED_FILE, RunLock, config_hash, write_json_atomic
 from plasticity.runs.state import archive_run, clear_stale, conflict_message, inspect_run
@@ -73,8 +73,6 @@ def remove_if_empty(run_dir: Path, stop: Path) -> None:
 
 def reject(problems: list[str], run_dir: Path, multirun: bool, identity: dict) -> dict[str, Any]:
     """Prints every problem; nothing is written, the empty job folder goes away."""
-    from plasticity.console import print_problems
-
     print_problems(problems)
     hydra_cfg = HydraConfig.get()
     remove_if_empty(run_dir, Path(hydra_cfg.sweep.dir if multirun else Path.cwd()))
@@ -144,12 +142,14 @@ def own_run(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bo
     return execute(cfg, recipe, run_dir, identity, multirun)
 
 
-def start(cfg: DictConfig, recipe, run_dir: Path, multirun: bool) -> logging.Handler:
+def start(cfg: DictConfig, recipe, run_dir: Path, multirun: bool, chash: str) -> logging.Handler:
     """Writes the config and the started marker, opens ``launch.log``, prints what runs."""
+    from plasticity.recipes import tree_sections
+
     OmegaConf.save(cfg, run_dir / CONFIG_FILE, resolve=True)
     hydra_cfg = HydraConfig.get()
     write_json_atomic(run_dir / STARTED_FILE, {
-        "config_hash": config_hash(cfg, recipe.sections), "started": time.time(), "host": socket.gethostname(),
+        "config_hash": chash, "started": time.time(), "host": socket.gethostname(),
         "overrides": list(hydra_cfg.overrides.task)})
     handler = logging.FileHandler(run_dir / LOG_FILE)
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
@@ -158,7 +158,7 @@ def start(cfg: DictConfig, recipe, run_dir: Path, multirun: bool) -> logging.Han
         overrides = job_overrides(list(hydra_cfg.overrides.task))
         console().print(f"[bold]job {hydra_cfg.job.num}[/bold] " + escape(f"{overrides} -> {run_dir}"), highlight=False)
     elif cfg.get("print_config", True):
-        print_config_tree(cfg, recipe.sections + ("paths",) + (("logger", "callbacks") if "trainer" in recipe.sections else ()))
+        print_config_tree(cfg, tree_sections(recipe))
     return handler
 
 
@@ -172,7 +172,8 @@ def execute(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bo
     torch.set_num_threads(int(cfg.get("threads") or torch.get_num_threads()))
     torch.set_float32_matmul_precision(cfg.get("matmul_precision", "highest"))
     record: dict[str, Any] = {**identity, "run_dir": str(run_dir)}
-    handler = start(cfg, recipe, run_dir, multirun)
+    chash = config_hash(cfg, recipe.sections)
+    handler = start(cfg, recipe, run_dir, multirun, chash)
     started = time.perf_counter()
     try:
         record.update(recipe(cfg, run_dir).run())
@@ -191,7 +192,7 @@ def execute(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bo
         finish_wandb()
         logging.getLogger().removeHandler(handler)
         handler.close()
-    record.update(wall_s=round(time.perf_counter() - started, 2), config_hash=config_hash(cfg, recipe.sections))
+    record.update(wall_s=round(time.perf_counter() - started, 2), config_hash=chash)
     write_json_atomic(run_dir / RESULT_FILE, record)
     console().print(run_line(record), highlight=False)
     if record["status"] == "failed" and not multirun:

@@ -30,7 +30,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from rich.markup import escape
 
-from plasticity.console import VARYING, console, print_config_tree, print_problems, results_table
+from plasticity.console import VARYING, console, job_overrides, print_config_tree, print_problems, results_table
 from plasticity.runs.io import read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -133,18 +133,16 @@ def launches_on_slurm(config: DictConfig) -> bool:
 
 def check(job: Job, local: bool) -> Job:
     """Fills ``job.problems`` (config validation, then a conflict with a finished run) and ``job.state``."""
-    from plasticity.recipes import get, names, validate
+    from plasticity.recipes import get, validate
     from plasticity.runs.state import conflict_message, inspect_run
 
     if job.cfg is None:
         return job
-    job.problems += validate(job.cfg, local=local)
-    task = job.cfg.task.name
-    if job.problems or task not in names():
+    job.problems += validate(job.cfg, local=local)  # an unknown task is one of the problems
+    if job.problems:
         return job
-    recipe = get(task)
-    if recipe.always_run:
-        job.state = None
+    recipe = get(job.cfg.task.name)
+    if recipe.always_run:  # rebuilt at every launch: no state to inspect
         return job
     job.state = inspect_run(job.run_dir, job.cfg, recipe.sections)
     if job.state.kind == "conflict" and not job.cfg.sweep.get("overwrite", False):
@@ -166,9 +164,8 @@ def stop_on_problems(jobs: list[Job]) -> None:
     if len(jobs) == 1:
         print_problems(bad[0].problems)
         raise SystemExit(1)
-    varying = set(varying_keys(jobs))
-    lines = [f"job {job.num} ({' '.join(o for o in job.overrides if o.split('=', 1)[0] in varying)}): {p}"
-             for job in bad for p in job.problems]
+    varying = varying_keys(jobs)
+    lines = [f"job {job.num} ({job_overrides(job.overrides, varying)}): {p}" for job in bad for p in job.problems]
     print_problems(lines, header=f"{len(bad)} of {len(jobs)} jobs have")
     raise SystemExit(1)
 
@@ -257,12 +254,11 @@ class SweepSummary(Callback):
     @staticmethod
     def _print_plan(jobs: list[Job]) -> None:
         """The config tree once (the first job's), then which keys vary across the jobs."""
-        from plasticity.recipes import get
+        from plasticity.recipes import get, tree_sections
 
         first = jobs[0].cfg
         if first.get("print_config", True):
-            recipe = get(first.task.name)
-            print_config_tree(first, recipe.sections + ("paths",), title=f"config (job 0 of {len(jobs)})")
+            print_config_tree(first, tree_sections(get(first.task.name)), title=f"config (job 0 of {len(jobs)})")
         varying = varying_keys(jobs)
         os.environ[VARYING] = ",".join(varying)
         console().print(f"{len(jobs)} jobs" + (f", varying {', '.join(varying)}" if varying else ""), highlight=False)

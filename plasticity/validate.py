@@ -193,20 +193,28 @@ def _mtime(path: Any) -> int | None:
         return None
 
 
+def _model_kwargs(model: DictConfig) -> dict:
+    kwargs = model.get("kwargs")
+    return OmegaConf.to_container(kwargs, resolve=True) if isinstance(kwargs, DictConfig) else dict(kwargs or {})
+
+
+def _model_key(model: DictConfig) -> tuple:
+    """The cache key of a model check: name, weights file (and its mtime), architecture arguments."""
+    weights = model.get("weights_file")
+    return "model", model.name, weights, _mtime(weights), repr(sorted(_model_kwargs(model).items()))
+
+
 def check_model(cfg: DictConfig, p: Problems) -> list[str]:
     """The timm name, then the weights file's header against the architecture (no model is built)."""
     from plasticity.models import check_model_name, check_weights_file
 
     model = cfg.model
-    kwargs = model.get("kwargs")
-    kwargs = OmegaConf.to_container(kwargs, resolve=True) if isinstance(kwargs, DictConfig) else dict(kwargs or {})
-    weights = model.get("weights_file")
 
     def run(q: Problems) -> None:
         if q.call(check_model_name, model.name):
-            q.call(check_weights_file, weights, model.name, kwargs)
+            q.call(check_weights_file, model.get("weights_file"), model.name, _model_kwargs(model))
 
-    return _cached(("model", model.name, weights, _mtime(weights), repr(sorted(kwargs.items()))), run, p)
+    return _cached(_model_key(model), run, p)
 
 
 def check_dataset_values(data: DictConfig, p: Problems) -> None:
@@ -250,7 +258,7 @@ def _check_crop_scale(p: Problems, value: Any) -> None:
 
 def check_dataset(cfg: DictConfig, p: Problems, name: str, key: str = "dataset", trains: bool = False) -> None:
     """A dataset name (``dataset`` or ``task.reference``) and its files (headers only)."""
-    from plasticity.data import DATASETS, DataSpec, source
+    from plasticity.data import DATASETS, source
 
     if not p.require(name in DATASETS, _unknown_dataset(name, key, DATASETS)):
         return
@@ -258,7 +266,7 @@ def check_dataset(cfg: DictConfig, p: Problems, name: str, key: str = "dataset",
         p.add(f"dataset={name!r} is the plasticity reference (test split only): it cannot be trained on. "
               f"Fix: another dataset; use it as task.reference={name} of task=plasticity.")
         return
-    spec = DataSpec.from_config(cfg, name=name, img_size=224)  # the size does not matter to the check
+    spec = _spec(cfg, name)
     _cached(("data", spec), lambda q: q.call(spec.check), p)
 
 
@@ -275,11 +283,11 @@ def inputs_status(cfg: DictConfig) -> tuple[str, str]:
     weights = cfg.model.get("weights_file")
     if not weights:
         return data, "hub" if cfg.model.get("pretrained") else "random init"
-    found = [v for k, v in _CACHE.items() if k[:3] == ("model", cfg.model.name, weights)]
-    return data, "; ".join(found[0]) if found and found[0] else "ok"
+    return data, "; ".join(_CACHE.get(_model_key(cfg.model), [])) or "ok"
 
 
 def _spec(cfg: DictConfig, name: str):
+    """The spec the data check reads (the input size does not matter to it)."""
     from plasticity.data import DataSpec
 
     return DataSpec.from_config(cfg, name=name, img_size=224)

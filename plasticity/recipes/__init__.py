@@ -29,7 +29,7 @@ from omegaconf import DictConfig
 
 from plasticity.validate import Problems, check_top_level
 
-__all__ = ["REGISTRY", "Recipe", "get", "names", "register", "validate"]
+__all__ = ["REGISTRY", "Recipe", "get", "names", "register", "tree_sections", "validate"]
 
 REGISTRY: dict[str, type[Recipe]] = {}
 """Task name -> recipe class, filled as recipe modules are imported."""
@@ -78,6 +78,13 @@ def get(name: str) -> type[Recipe]:
     if name not in REGISTRY:
         importlib.import_module(f"{__name__}.{name}")
     return REGISTRY[name]
+
+
+def tree_sections(recipe: type[Recipe]) -> tuple[str, ...]:
+    """The config sections a run's printed tree shows: the recipe's, the paths, and for training
+    recipes the loggers and callbacks."""
+    training = ("logger", "callbacks") if "trainer" in recipe.sections else ()
+    return recipe.sections + ("paths",) + training
 
 
 def validate(cfg: DictConfig, local: bool = True) -> list[str]:

@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 from plasticity.components import check_component
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
+from plasticity.runs.record import optimizer_name
 from plasticity.validate import (
     Problems,
     check_callbacks,
@@ -57,11 +58,6 @@ def precision(trainer_cfg: DictConfig) -> str:
     return "bf16-mixed" if on_gpu else "32-true"
 
 
-def optimizer_name(cfg: DictConfig) -> str:
-    """``torch.optim.SGD`` -> ``sgd`` (the name in the run path)."""
-    return str(cfg.optimizer.get("_target_", "?")).rsplit(".", 1)[-1].lower()
-
-
 @register
 class Finetune(RecipeBase):
     """Recipe of ``task=finetune``: small setup steps, then :meth:`run`."""
@@ -85,7 +81,7 @@ class Finetune(RecipeBase):
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
         lr = cfg.optimizer.get("lr")
         return {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name,
-                "component": cfg.component.name, "optimizer": optimizer_name(cfg),
+                "component": cfg.component.name, "optimizer": optimizer_name(cfg.optimizer.get("_target_", "?")),
                 "lr": float(lr) if isinstance(lr, (int, float)) else lr, "seed": cfg.seed}
 
     @property

@@ -17,8 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from plasticity.runs.io import read_json
 
-__all__ = ["CONFIG_FILE", "FINISHED", "RESULT_FILE", "STARTED_FILE", "config_diff", "config_hash",
-           "find_results", "protocol", "read_result"]
+__all__ = ["CONFIG_FILE", "FINISHED", "RESULT_FILE", "STARTED_FILE", "config_diff", "config_hash", "digest",
+           "find_results", "optimizer_name", "protocol", "read_result"]
 
 RESULT_FILE = "result.json"
 CONFIG_FILE = "config.yaml"
@@ -30,6 +30,11 @@ NOT_PROTOCOL = ("hydra", "paths", "logger", "callbacks", "sweep", "print_config"
                 "resume", "run_name", "sweep_dir")
 """Top-level config keys that do not change what a run computes: where it writes, how it reports."""
 NOT_PROTOCOL_SUBKEYS = ("trainer.enable_progress_bar", "dataset.num_workers", "dataset.download", "task.always_run")
+
+
+def optimizer_name(target: str) -> str:
+    """The optimizer's name in run paths and records: ``torch.optim.SGD`` -> ``sgd``."""
+    return str(target).rsplit(".", 1)[-1].lower()
 
 
 def protocol(cfg: DictConfig | dict, sections: tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -66,10 +71,15 @@ def _resolved(cfg: DictConfig, key: str) -> Any:
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
+def digest(flat: dict[str, Any]) -> str:
+    """Short hash of a :func:`protocol`."""
+    blob = json.dumps(flat, sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
 def config_hash(cfg: DictConfig | dict, sections: tuple[str, ...] | None = None) -> str:
     """Short hash of everything in the resolved config that changes what a run computes."""
-    blob = json.dumps(protocol(cfg, sections), sort_keys=True, default=str)
-    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+    return digest(protocol(cfg, sections))
 
 
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:

@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from plasticity.runs.lock import LOCK_FILE, lock_holder
-from plasticity.runs.record import CONFIG_FILE, FINISHED, STARTED_FILE, config_diff, config_hash, protocol, read_result
+from plasticity.runs.record import CONFIG_FILE, FINISHED, STARTED_FILE, config_diff, digest, protocol, read_result
 
 __all__ = ["RunState", "archive_run", "clear_stale", "conflict_message", "inspect_run"]
 
@@ -79,7 +79,7 @@ def inspect_run(run_dir: str | Path, cfg: Any, sections: tuple[str, ...], locked
     if holder is not None:
         return RunState("running", read_result(run_dir), holder=holder)
     new = protocol(cfg, sections)
-    new_hash = config_hash(cfg, sections)
+    new_hash = digest(new)
     record = read_result(run_dir)
     started = (run_dir / STARTED_FILE).is_file()
     if record is None and not started:
