@@ -10,7 +10,8 @@ resolvers the ``conf/`` files use:
 - ``${optimizer_name:<_target_>}``: ``torch.optim.SGD`` -> ``sgd``, the optimizer's name in run paths.
 
 Subpackages: :mod:`~plasticity.data`, :mod:`~plasticity.recipes` (one per task),
-:mod:`~plasticity.runs` (records, locks), :mod:`~plasticity.report` (tables, figures, summary).
+:mod:`~plasticity.runs` (records, locks), :mod:`~plasticity.report` (tables, figures, summary),
+:mod:`~plasticity.tracking` (W&B: what runs log, the report, dashboards, offline sync).
 """
 
 import hashlib
@@ -20,8 +21,14 @@ from omegaconf import OmegaConf
 from plasticity.components import GROUPS
 from plasticity.runs.record import optimizer_name
 
-OmegaConf.register_new_resolver("run_id", lambda text: hashlib.sha1(str(text).encode()).hexdigest()[:16],
-                                replace=True)
+
+
+def run_id(text: str) -> str:
+    """A stable 16-hex-digit id of ``text`` (the W&B run id of a run path)."""
+    return hashlib.sha1(str(text).encode()).hexdigest()[:16]
+
+
+OmegaConf.register_new_resolver("run_id", run_id, replace=True)
 OmegaConf.register_new_resolver("groups", lambda: list(GROUPS), replace=True)
 OmegaConf.register_new_resolver("optimizer_name", optimizer_name, replace=True)
 

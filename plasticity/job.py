@@ -189,10 +189,10 @@ def execute(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bo
         else:
             log.exception("run failed")
     finally:
-        finish_wandb()
         logging.getLogger().removeHandler(handler)
         handler.close()
     record.update(wall_s=round(time.perf_counter() - started, 2), config_hash=chash)
+    finish_wandb(record, cfg)
     write_json_atomic(run_dir / RESULT_FILE, record)
     console().print(run_line(record), highlight=False)
     if record["status"] == "failed" and not multirun:
@@ -200,10 +200,12 @@ def execute(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bo
     return record
 
 
-def finish_wandb() -> None:
-    """Ends the process's W&B run, so the next job of a multirun starts its own."""
+def finish_wandb(record: dict[str, Any], cfg: DictConfig) -> None:
+    """Ends the process's W&B run (if any) with the job's outcome in its summary, so the next job
+    of a multirun starts its own (:func:`plasticity.tracking.logger.finish`)."""
     import sys
 
-    wandb = sys.modules.get("wandb")
-    if wandb is not None and getattr(wandb, "run", None) is not None:
-        wandb.finish()
+    if "wandb" in sys.modules or (cfg.get("logger") or {}).get("wandb"):
+        from plasticity.tracking.logger import finish
+
+        finish(record, cfg)

@@ -54,7 +54,7 @@ def data_dir(tmp_path_factory):
 def test_every_group_option_composes_and_resolves(group, option, tmp_path, data_dir):
     # The analysis tasks default to the paper's ImageNet reference: check them with one that exists.
     extra = ["task.reference=fashion_mnist"] if f"{group}={option}" in ("task=plasticity", "task=bounds") else []
-    if f"{group}={option}" == "task=report":
+    if f"{group}={option}" in ("task=report", "task=dashboard"):
         (tmp_path / "run").mkdir()
         (tmp_path / "run" / "result.json").write_text("{}")
         extra = [f"sweep_dir={tmp_path}"]  # a folder with a record (./outputs may not exist in a clean clone)

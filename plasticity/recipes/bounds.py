@@ -22,6 +22,7 @@ class Bounds(AnalysisRecipe):
         from plasticity.bounds import block_bounds, token_stats
         from plasticity.report.figures import plot_bounds
         from plasticity.runs.io import write_csv_atomic, write_json_atomic
+        from plasticity.tracking.logger import log_analysis
 
         ref, down = self.setup_images()
         net = self.setup_net()
@@ -32,4 +33,6 @@ class Bounds(AnalysisRecipe):
         summary = stats.summary()
         write_json_atomic(self.run_dir / "token_stats.json", summary)
         plot_bounds(rows, self.run_dir / "bounds.png")
+        log_analysis(self.cfg, self.identity(self.cfg), self.run_dir, tables={"bounds": rows},
+                     images={"bounds": self.run_dir / "bounds.png"}, summary={"token_stats": summary})
         return {"reference": self.cfg.task.reference, "n_pairs": self.cfg.task.n_pairs, "token_stats": summary}

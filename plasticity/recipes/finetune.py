@@ -203,6 +203,15 @@ class Finetune(RecipeBase):
             plugins=plugins,
         )
 
+    def log_config(self, trainer: "L.Trainer", counts: dict[str, int], split_hash: str) -> None:
+        """Every logger gets the resolved config (nested), the run identity, ``split_hash`` and the
+        parameter counts: W&B filters and groups runs by any of them (``component.name``, ...)."""
+        from plasticity.tracking.logger import run_config
+
+        config = run_config(self.cfg, self.identity(self.cfg), self.run_dir, split_hash=split_hash, params=counts)
+        for logger in trainer.loggers:
+            logger.log_hyperparams(config)
+
     def resume_from(self) -> str | None:
         """``last.ckpt`` of an interrupted run of the same config, else ``None``.
 
@@ -249,8 +258,7 @@ class Finetune(RecipeBase):
         resume = self.resume_from()
         checkpoint, callbacks = self.setup_callbacks()
         trainer = self.setup_trainer(callbacks, self.setup_loggers())
-        for logger in trainer.loggers:
-            logger.log_hyperparams({f"params/{k}": v for k, v in counts.items()})
+        self.log_config(trainer, counts, datamodule.split_hash)
         start = time.perf_counter()
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
         train_s = time.perf_counter() - start

@@ -67,6 +67,7 @@ class Plasticity(AnalysisRecipe):
         from plasticity.measure import measure, ranking
         from plasticity.report.figures import plot_depth, plot_distribution
         from plasticity.runs.io import atomic_path, write_csv_atomic, write_json_atomic
+        from plasticity.tracking.logger import log_analysis
 
         L.seed_everything(self.cfg.seed, verbose=False)
         task = self.cfg.task
@@ -96,6 +97,10 @@ class Plasticity(AnalysisRecipe):
         plot_distribution(stats, self.run_dir / "plasticity_distribution.png", title=self._title())
         plot_depth(rows, self.run_dir / "plasticity_depth.png", title=self._title())
         log.info("plasticity ranking: %s", " > ".join(f"{g} ({m:.3f})" for g, m in order))
+        log_analysis(self.cfg, self.identity(self.cfg), self.run_dir, tables={"plasticity": rows},
+                     images={name: self.run_dir / f"{name}.png" for name in ("plasticity_distribution",
+                                                                              "plasticity_depth")},
+                     summary={f"plasticity/{g}": m for g, m in order})
         return {k: summary[k] for k in ("mode", "pairing", "n_pairs", "distinct_pairs", "reference", "ranking")}
 
     def check_distinct(self, rows: list[dict]) -> None:

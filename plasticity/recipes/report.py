@@ -1,14 +1,19 @@
-"""``task=report``: the paper's tables and figures from a sweep's records (:mod:`plasticity.report`)."""
+"""``task=report``: the paper's tables and figures from a sweep's records (:mod:`plasticity.report`);
+with ``logger=wandb`` also as one W&B run (:mod:`plasticity.tracking.report`)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from omegaconf import DictConfig
 
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
+from plasticity.tracking import wandb_enabled
 from plasticity.validate import Problems
+
+log = logging.getLogger(__name__)
 
 
 @register
@@ -39,5 +44,9 @@ class Report(RecipeBase):
 
         result = write_report(self.cfg.sweep_dir, self.cfg.task.select, out_dir=self.run_dir)
         print(f"report: {result.path} ({result.runs} runs, {result.done} done, {len(result.problems)} problems)")
+        if wandb_enabled(self.cfg):
+            from plasticity.tracking.report import log_report
+
+            log.info("report logged to W&B as run %s", log_report(self.cfg, self.run_dir, self.cfg.sweep_dir))
         return {"report": str(result.path), "sweep_dir": str(self.cfg.sweep_dir), "runs": result.runs,
                 "problems": len(result.problems)}

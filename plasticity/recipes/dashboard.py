@@ -1,0 +1,167 @@
+"""``task=dashboard``: the paper's panels as a W&B workspace (:mod:`plasticity.tracking.dashboard`).
+
+The workspace is always written to ``<sweep_dir>/dashboard/workspace.json``. With ``task.online``
+``true``, or ``auto`` when W&B can be reached, it is also saved to W&B and its URL printed;
+otherwise the run prints the one command that pushes it later. A panel reading a key that none of
+the sweep's W&B run files logs gets a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from plasticity.recipes import register
+from plasticity.recipes.base import RecipeBase
+from plasticity.validate import Problems
+
+log = logging.getLogger(__name__)
+
+ONLINE_CHOICES = ("auto", True, False)
+OUT_DIR = "dashboard"
+SPEC_FILE = "workspace.json"
+SWEEP_DIR_FIX = "Fix: sweep_dir=<a directory with run records, e.g. outputs/finetune/cifar10>."
+TEXT_KEYS = ("entity", "workspace", "dataset", "model", "group")
+"""``task`` keys that are null or a non-empty string."""
+
+
+def sweep_problem(sweep_dir: Any) -> str | None:
+    """The problem with ``sweep_dir`` as the dashboard's sweep, or None when it holds runs.
+
+    A run is a ``result.json`` or a W&B run file outside hidden folders and outside the
+    dashboard's own output folder.
+    """
+    if sweep_dir is None or str(sweep_dir) == "":
+        return f"sweep_dir is not set. {SWEEP_DIR_FIX}"
+    shown, path = f"sweep_dir={str(sweep_dir)!r}", Path(sweep_dir)
+    if path.is_file():
+        return f"{shown} is a file, not a directory. {SWEEP_DIR_FIX}"
+    if not path.is_dir():
+        return f"{shown} does not exist. {SWEEP_DIR_FIX}"
+    if next(run_paths(path), None) is None:
+        return f"{shown} has no runs under it (no result.json, no W&B run file). {SWEEP_DIR_FIX}"
+    return None
+
+
+def run_paths(root: Path) -> Any:
+    """Every ``result.json`` and ``run-*.wandb`` under ``root`` (hidden folders and ``root/dashboard``
+    left out), lazily."""
+    for pattern in ("result.json", "run-*.wandb"):
+        for path in root.rglob(pattern):
+            parts = path.relative_to(root).parts[:-1]
+            if parts[:1] != (OUT_DIR,) and not any(p.startswith(".") for p in parts):
+                yield path
+
+
+def sweep_values(root: Path, field: str) -> set[str]:
+    """The values of ``field`` in the sweep's finetuning records (unreadable records skipped)."""
+    values = set()
+    for path in run_paths(root):
+        if path.name != "result.json":
+            continue
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and record.get("task") == "finetune" and record.get(field):
+            values.add(str(record[field]))
+    return values
+
+
+@register
+class Dashboard(RecipeBase):
+    """Recipe of ``task=dashboard``: builds the workspace, saves it online or writes it to push later."""
+
+    name = "dashboard"
+    sections = ("task", "sweep_dir")
+    always_run = True  # rebuilt at every launch from the current code and filters
+
+    @classmethod
+    def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
+        from plasticity.tracking.dashboard import has_credentials
+
+        task = cfg.task
+        problem = sweep_problem(cfg.get("sweep_dir"))
+        if problem:
+            p.add(problem)
+        online = task.get("online")
+        p.require(isinstance(online, bool) or online == "auto",
+                  f"task.online={online!r}; choices: auto (save when W&B can be reached, else write "
+                  f"workspace.json), true (save, fail otherwise), false (write workspace.json only). "
+                  f"Fix: task.online=auto.")
+        project = task.get("project")
+        p.require(isinstance(project, str) and project.strip() != "",
+                  f"task.project={project!r}; it must be the W&B project of the runs (logger.wandb.project). "
+                  f"Fix: task.project=plasticity.")
+        for key in TEXT_KEYS:
+            value = task.get(key)
+            p.require(value is None or (isinstance(value, str) and value.strip() != ""),
+                      f"task.{key}={value!r}; it must be null or a non-empty string. Fix: task.{key}=null.")
+        if online is True and not has_credentials():
+            p.add("task.online=true but there is no W&B API key (WANDB_API_KEY unset, no netrc entry). "
+                  "Fix: wandb login (or export WANDB_API_KEY=<key>), or task.online=auto to write "
+                  "workspace.json and push it later.")
+
+    @classmethod
+    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
+        return {"task": cls.name}
+
+    def run(self) -> dict[str, Any]:
+        from plasticity.runs.io import write_text_atomic
+        from plasticity.tracking import dashboard as dash
+
+        task, sweep = self.cfg.task, Path(self.cfg.sweep_dir)
+        filters = {key: task.get(key) or self.only_value(sweep, key) for key in ("dataset", "model")}
+        name = task.workspace or "paper panels: " + "/".join(sweep.resolve().parts[-2:])
+        ws = dash.build_workspace(task.project, task.entity, name, group=task.group, **filters)
+        path = self.run_dir / SPEC_FILE
+        write_text_atomic(path, dash.spec_json(ws))
+        panels = sum(len(s.panels) for s in ws.sections)
+        shown = [f"project {task.project}"] + [f"{k} {v}" for k, v in {**filters, "group": task.group}.items() if v]
+        print(f"dashboard {name!r}: {len(ws.sections)} sections, {panels} panels ({', '.join(shown)}) -> {path}")
+        self.warn_unlogged(sweep, dash.panel_keys(ws))
+        url = self.save(path)
+        return {"workspace_json": str(path), "url": url, "panels": panels, "sections": [s.name for s in ws.sections],
+                "sweep_dir": str(sweep), **{k: v for k, v in filters.items() if v}}
+
+    @staticmethod
+    def only_value(sweep: Path, field: str) -> str | None:
+        """The sweep's one ``dataset`` / ``model`` when all its finetuning records share it."""
+        values = sweep_values(sweep, field)
+        return values.pop() if len(values) == 1 else None
+
+    def save(self, path: Path) -> str | None:
+        """Saves the spec online when ``task.online`` says so; prints the URL or the push command."""
+        from plasticity.tracking import dashboard as dash
+
+        online = self.cfg.task.online
+        reason = "task.online=false" if online is False else dash.offline_reason()
+        if reason is None or online is True:
+            try:
+                url = dash.push(path, self.cfg.task.entity)
+                print(f"dashboard saved: {url}")
+                return url
+            except dash.DashboardError as err:
+                if online is True:
+                    raise
+                reason = str(err)
+        print(f"offline ({reason}): push it later with\n  {dash.push_command(path)}")
+        return None
+
+    def warn_unlogged(self, sweep: Path, keys: set) -> None:
+        """Warns about panel keys that none of the sweep's W&B run files logs."""
+        from plasticity.tracking import dashboard as dash
+        from plasticity.tracking.runfile import read_run, run_files
+
+        runs = []
+        for path in run_files(sweep):
+            try:
+                runs.append(read_run(path))
+            except (OSError, ValueError) as err:
+                log.warning("skipped W&B run file %s: %s", path, err)
+        for message in dash.missing_keys(keys, runs) if runs else ():
+            log.warning("%s (under %s)", message, sweep)

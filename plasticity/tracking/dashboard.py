@@ -1,0 +1,462 @@
+"""The W&B workspace of the paper's panels, as code (wandb-workspaces), saved online or kept as JSON.
+
+:func:`build_workspace` lays out what the paper shows, for the runs of one project:
+
+- **Accuracy**: test accuracy (the checkpoint of the best validation accuracy) and best validation
+  accuracy per component group (bars, mean and standard deviation over the runs of a group), the
+  validation accuracy curves and the logged ``test/acc``;
+- **Gradient norms**: ``grad_norm/<group>`` of the finetuned group, of the head and final norm, and
+  per block, against ``trainer/global_step``;
+- **Plasticity during training**: ``plasticity/<group>`` of every group (``callbacks=plasticity``)
+  and the measurement's share of the wall time;
+- **Validation loss**: ``val/loss``, with ``train/loss`` and the learning rate beside it;
+- **Learning rate and components**: a parallel-coordinates panel of ``optimizer.name``,
+  ``optimizer.lr``, ``component.name``, ``best_val_acc`` and ``test_acc``.
+
+Every panel groups runs by ``component.name`` (coloured as in the paper's figures), and the runset
+keeps the finetuning runs of one dataset and model (``dataset.name``, ``model.name``, optionally a
+W&B group). Building needs no network: :func:`spec_json` writes the workspace as JSON,
+:func:`load_spec` reads it back, and :func:`push` saves it to W&B later
+(``python -m plasticity.tracking.dashboard push <workspace.json>``). :func:`panel_keys` lists the
+metric and config keys the panels read, so a test can check them against what runs really log.
+
+Example:
+    >>> ws = build_workspace("plasticity", "my-team", "cifar10", dataset="cifar10_c/snow")  # doctest: +SKIP
+    >>> Path("workspace.json").write_text(spec_json(ws))                                     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+from urllib.parse import urlparse
+
+from plasticity.components import COLORS, GROUPS, label
+
+if TYPE_CHECKING:
+    from wandb_workspaces.workspaces import Workspace
+
+    from plasticity.tracking.runfile import RunFile
+
+__all__ = ["DashboardError", "PanelKey", "build_workspace", "can_reach_wandb", "has_credentials", "load_spec",
+           "missing_keys", "offline_reason", "panel_keys", "push", "push_command", "spec_json"]
+
+STEP = "trainer/global_step"
+"""The x-axis of every curve (the optimizer step; :data:`plasticity.tracking.logger.STEP_METRIC`)."""
+GROUP_BY = "component.name"
+DEFAULT_HOST = "https://api.wandb.ai"
+PUSH_TIMEOUT_S = 60.0
+REACH_TIMEOUT_S = 3.0
+OFFLINE_MODES = ("offline", "disabled", "dryrun")
+TAB_HEX = {"tab:blue": "#1f77b4", "tab:orange": "#ff7f0e", "tab:green": "#2ca02c", "tab:red": "#d62728",
+           "tab:purple": "#9467bd", "tab:brown": "#8c564b", "tab:pink": "#e377c2", "tab:gray": "#7f7f7f",
+           "tab:olive": "#bcbd22", "tab:cyan": "#17becf"}
+"""Matplotlib's tab10 colours (:data:`plasticity.components.COLORS`) as the hex W&B takes."""
+
+PanelKey = tuple[str, str]
+"""``(kind, key)`` a panel reads: kind ``history`` (a logged metric), ``regex`` (a pattern over
+logged metrics), ``summary``, ``config`` (dotted, e.g. ``component.name``) or ``run`` (a run
+attribute such as its group)."""
+
+
+class DashboardError(ValueError):
+    """The workspace cannot be saved or read; the message names the cause and the fix."""
+
+
+# ----------------------------------------------------------------------------------- building
+
+
+def build_workspace(project: str, entity: str | None, name: str, dataset: str | None = None,
+                    model: str | None = None, group: str | None = None, job_type: str | None = "finetune",
+                    groups: Iterable[str] = GROUPS) -> "Workspace":
+    """The paper's panels as a W&B workspace (built offline; nothing is sent).
+
+    Args:
+        project: The W&B project of the runs (``logger.wandb.project``).
+        entity: The W&B entity (user or team); None or empty: filled in with the API key's default
+            entity when pushed.
+        name: The workspace's display name.
+        dataset: Keep only runs with this ``dataset.name`` (None: every dataset).
+        model: Keep only runs with this ``model.name`` (None: every model).
+        group: Keep only runs of this W&B group (``<dataset>/<model>`` by default; None: any).
+        job_type: Keep only runs of this W&B job type (the task name; None: any).
+        groups: The component groups whose curves get panels.
+
+    Returns:
+        A ``wandb_workspaces.workspaces.Workspace``.
+    """
+    import wandb_workspaces.workspaces as ws
+
+    groups = tuple(groups)
+    return ws.Workspace(
+        name=name, entity=entity or "", project=project, sections=_sections(groups),
+        settings=ws.WorkspaceSettings(x_axis=STEP, max_runs=100, group_by_prefix="first"),
+        runset_settings=ws.RunsetSettings(
+            filters=_filters(dataset, model, group, job_type), groupby=[ws.Config(GROUP_BY)],
+            group_colors={g: TAB_HEX.get(c, c) for g, c in COLORS.items()}))
+
+
+def _filters(dataset: str | None, model: str | None, group: str | None, job_type: str | None) -> list:
+    """Runset filters; nested config keys spelled as W&B stores a nested dict (``a.value.b``)."""
+    import wandb_workspaces.workspaces as ws
+
+    wanted = [(ws.Config("dataset.value.name"), dataset), (ws.Config("model.value.name"), model),
+              (ws.Metric("Group"), group), (ws.Metric("JobType"), job_type)]
+    return [key == value for key, value in wanted if value not in (None, "")]
+
+
+def _sections(groups: tuple[str, ...]) -> list:
+    import wandb_workspaces.workspaces as ws
+
+    return [ws.Section(name=name, panels=make(groups), is_open=True) for name, make in SECTIONS]
+
+
+def _grouped(**kwargs: Any) -> dict[str, Any]:
+    """Panel arguments shared by every grouped panel: by component, mean and standard deviation."""
+    import wandb_workspaces.reports.v2 as wr
+
+    return dict(groupby=wr.Config(GROUP_BY), groupby_aggfunc="mean", groupby_rangefunc="stddev", **kwargs)
+
+
+def _line(title: str, y: list[str] | None = None, regex: str | None = None, **kwargs: Any):
+    import wandb_workspaces.reports.v2 as wr
+
+    return wr.LinePlot(**_grouped(title=title, x=STEP, y=y or [], metric_regex=regex, **kwargs))
+
+
+def _bars(title: str, metric: Any):
+    import wandb_workspaces.reports.v2 as wr
+
+    return wr.BarPlot(**_grouped(title=title, metrics=[metric], orientation="v"))
+
+
+def _any_of(groups: Iterable[str]) -> str:
+    return "(" + "|".join(re.escape(g) for g in groups) + ")"
+
+
+def accuracy_panels(groups: tuple[str, ...]) -> list:
+    """Test and best validation accuracy per component (bars), the validation accuracy curves."""
+    import wandb_workspaces.reports.v2 as wr
+
+    return [_bars("Test accuracy (best-validation checkpoint)", wr.SummaryMetric("test_acc")),
+            _bars("Best validation accuracy", wr.SummaryMetric("best_val_acc")),
+            _line("Validation accuracy", ["val/acc"]),
+            _bars("test/acc (logged at the end)", "test/acc")]
+
+
+def gradient_panels(groups: tuple[str, ...]) -> list:
+    """Gradient norms before clipping: the finetuned group's, the head's and final norm's, per block."""
+    return [_line("Gradient norm of the finetuned group", regex=f"^grad_norm/{_any_of(groups)}$", log_y=True),
+            _line("Gradient norm of the head and final norm", regex="^grad_norm/(head|final_norm)$", log_y=True),
+            _line("Gradient norm per block", regex=f"^grad_norm/{_any_of(groups)}/block_\\d+$", log_y=True)]
+
+
+def plasticity_panels(groups: tuple[str, ...]) -> list:
+    """P(f) of each group while finetuning (``callbacks=plasticity``), all groups, and its cost."""
+    per_group = [_line(f"Plasticity of {label(g)}", [f"plasticity/{g}"]) for g in groups]
+    return per_group + [_line("Plasticity of every group", regex=f"^plasticity/{_any_of(groups)}$"),
+                        _line("Plasticity measurement: share of the wall time", ["plasticity/cost"])]
+
+
+def loss_panels(groups: tuple[str, ...]) -> list:
+    """Validation loss, with the training loss and the learning-rate schedule."""
+    return [_line("Validation loss", ["val/loss"]), _line("Training loss", ["train/loss"]),
+            _line("Learning rate", ["lr"])]
+
+
+def hyperparameter_panels(groups: tuple[str, ...]) -> list:
+    """One parallel-coordinates panel: optimizer, learning rate, component -> accuracy."""
+    import wandb_workspaces.reports.v2 as wr
+
+    column = wr.ParallelCoordinatesPlotColumn
+    return [wr.ParallelCoordinatesPlot(title="Learning rate, component and accuracy", columns=[
+        column(wr.Config("optimizer.name"), display_name="optimizer"),
+        column(wr.Config("optimizer.lr"), display_name="lr", log=True),
+        column(wr.Config(GROUP_BY), display_name="component"),
+        column(wr.SummaryMetric("best_val_acc"), display_name="best val acc"),
+        column(wr.SummaryMetric("test_acc"), display_name="test acc")])]
+
+
+SECTIONS: tuple[tuple[str, Callable[[tuple[str, ...]], list]], ...] = (
+    ("Accuracy", accuracy_panels),
+    ("Gradient norms", gradient_panels),
+    ("Plasticity during training", plasticity_panels),
+    ("Validation loss", loss_panels),
+    ("Learning rate and components", hyperparameter_panels),
+)
+"""Section name -> its panels, in the workspace's order."""
+
+
+# ----------------------------------------------------------------------------------- the spec
+
+
+def spec_json(ws: "Workspace") -> str:
+    """The workspace as W&B's view JSON (what :func:`load_spec` and :func:`push` read)."""
+    return ws._to_model().model_dump_json(by_alias=True, exclude_none=True)
+
+
+def load_spec(path: str | Path) -> "Workspace":
+    """The workspace saved by :func:`spec_json` in ``path``.
+
+    Raises:
+        DashboardError: the file is missing or is not a workspace spec; the message names the file.
+    """
+    from pydantic import ValidationError
+    from wandb_workspaces.workspaces import Workspace, internal
+
+    path = Path(path)
+    try:
+        return Workspace._from_model(internal.View.model_validate_json(path.read_text()))
+    except FileNotFoundError:
+        raise DashboardError(f"{path} does not exist. Fix: python launch.py task=dashboard sweep_dir=<sweep dir> "
+                             f"writes <sweep dir>/dashboard/workspace.json.") from None
+    except (ValidationError, ValueError) as err:
+        raise DashboardError(f"{path} is not a W&B workspace spec ({type(err).__name__}: {str(err)[:300]}). "
+                             f"Fix: rebuild it with python launch.py task=dashboard.") from None
+
+
+def panel_keys(ws: "Workspace") -> set[PanelKey]:
+    """Every key the workspace's panels and runset read, as ``(kind, key)`` (see :data:`PanelKey`).
+
+    Read from the serialised spec (what W&B itself reads), with W&B's nested config spelling
+    ``a.value.b`` turned back into the dotted key ``a.b``.
+    """
+    view = json.loads(spec_json(ws))["spec"]["section"]
+    keys: set[PanelKey] = set()
+    for section in view["panelBankConfig"]["sections"]:
+        for panel in section["panels"]:
+            keys |= _keys_of_panel(panel["viewType"], panel.get("config", {}))
+    for runset in view.get("runSets", []):
+        keys |= {_key_of_filter(k) for k in _filter_keys(runset.get("filters", {}))}
+        keys |= {_key_of_filter(k) for k in runset.get("grouping", [])}
+    return keys
+
+
+def _keys_of_panel(view_type: str, config: dict) -> set[PanelKey]:
+    if view_type == "Parallel Coordinates Plot":
+        return {_key_of_column(c["accessor"]) for c in config.get("columns", [])}
+    keys = {_key_of_metric(m) for m in config.get("metrics", [])}
+    if config.get("xAxis") and not config["xAxis"].startswith("_"):
+        keys.add(_key_of_metric(config["xAxis"]))
+    if config.get("metricRegex"):
+        keys.add(("regex", config["metricRegex"]))
+    if config.get("groupBy"):
+        keys.add(("config", _config_key(config["groupBy"])))
+    return keys
+
+
+def _config_key(name: str) -> str:
+    """``config.a.value.b`` / ``a.value.b`` -> ``a.b``; ``a.value`` -> ``a``."""
+    parts = name.removeprefix("config.").split(".")
+    return ".".join(parts[:1] + parts[2:]) if len(parts) > 1 and parts[1] == "value" else ".".join(parts)
+
+
+def _key_of_metric(name: str) -> PanelKey:
+    if name.startswith("summary_metrics."):
+        return "summary", name.removeprefix("summary_metrics.")
+    if name.startswith("config."):
+        return "config", _config_key(name)
+    return "history", name
+
+
+def _key_of_column(accessor: str) -> PanelKey:
+    section, _, name = accessor.partition(":")
+    return section, _config_key(name) if section == "config" else name
+
+
+def _filter_keys(node: Any) -> Iterable[dict]:
+    """The ``key`` of every leaf of a filters tree (v2 lists and nested groups)."""
+    if isinstance(node, dict):
+        if "key" in node and "op" in node:
+            yield node["key"]
+        for child in node.get("filters", []):
+            yield from _filter_keys(child)
+    elif isinstance(node, list):
+        for child in node:
+            yield from _filter_keys(child)
+
+
+def _key_of_filter(key: dict) -> PanelKey:
+    section = key["section"]
+    return section, _config_key(key["name"]) if section == "config" else key["name"]
+
+
+def missing_keys(keys: Iterable[PanelKey], runs: Iterable["RunFile"]) -> list[str]:
+    """What the panels read that none of ``runs`` logs, one message each (empty: all logged).
+
+    Run attributes (``run`` keys, such as the group) are left out: every run has them.
+    """
+    runs = list(runs)
+    history = set().union(*(r.history_keys() for r in runs)) if runs else set()
+    summary = {k for r in runs for k in r.summary}
+    has = {"history": history.__contains__, "summary": summary.__contains__,
+           "regex": lambda p: any(re.search(p, k) for k in history),
+           "config": lambda k: any(_has_config(r.config, k) for r in runs)}
+    return [f"{kind} key {key!r} is read by a panel but logged by none of the {len(runs)} runs"
+            for kind, key in sorted(keys) if kind in has and not has[kind](key)]
+
+
+def _has_config(config: dict, dotted: str) -> bool:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return dotted in config  # a flat dotted key
+        node = node[part]
+    return True
+
+
+# ----------------------------------------------------------------------------------- online
+
+
+def host_url() -> str:
+    """The W&B server (``WANDB_BASE_URL``, W&B's cloud by default)."""
+    return os.environ.get("WANDB_BASE_URL") or DEFAULT_HOST
+
+
+def has_credentials() -> bool:
+    """An API key is at hand: ``WANDB_API_KEY``, an identity token file, or the netrc entry of the
+    server (read by wandb's own lookup). Nothing is sent."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    try:
+        from wandb.sdk.lib.wbauth import read_netrc_auth
+
+        return bool(read_netrc_auth(host=host_url()))
+    except Exception:  # an unreadable netrc or another wandb layout: no usable key
+        return False
+
+
+def offline_reason(timeout_s: float = REACH_TIMEOUT_S) -> str | None:
+    """Why the workspace cannot be saved now, or None when it can; decided within ``timeout_s`` s.
+
+    Offline when ``WANDB_MODE`` is offline or disabled, when no API key is at hand
+    (:func:`has_credentials`), or when the server does not accept a TCP connection in time (name
+    lookup included, so a machine without a network never hangs here). Nothing is sent.
+    """
+    mode = os.environ.get("WANDB_MODE", "").strip().lower()
+    if mode in OFFLINE_MODES:
+        return f"WANDB_MODE={mode}"
+    if not has_credentials():
+        return "no W&B API key (WANDB_API_KEY unset, no netrc entry)"
+    url = urlparse(host_url())
+    port = url.port or (443 if url.scheme == "https" else 80)
+    connect = lambda: socket.create_connection((url.hostname, port), timeout=timeout_s).close()  # noqa: E731
+    try:
+        _bounded(connect, timeout_s + 0.5, "connect")
+    except Exception as err:
+        return f"{url.hostname}:{port} cannot be reached ({type(err).__name__})"
+    return None
+
+
+def can_reach_wandb(timeout_s: float = REACH_TIMEOUT_S) -> bool:
+    """Whether the workspace can be saved now (:func:`offline_reason` is None); never hangs."""
+    return offline_reason(timeout_s) is None
+
+
+def _bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    """``call()`` in a daemon thread; its result, its exception, or TimeoutError after ``timeout_s``."""
+    out: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            out["value"] = call()
+        except BaseException as err:  # handed to the caller
+            out["error"] = err
+
+    thread = threading.Thread(target=target, name=f"dashboard-{what}", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise TimeoutError(f"{what} did not finish in {timeout_s:g} s")
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def push_command(path: str | Path) -> str:
+    """The one command that saves a workspace spec to W&B later."""
+    return f"python -m plasticity.tracking.dashboard push {Path(path).resolve()}"
+
+
+def push(spec_path: str | Path, entity: str | None = None, timeout_s: float = PUSH_TIMEOUT_S) -> str:
+    """Saves the workspace spec in ``spec_path`` to W&B and returns its URL.
+
+    The saved view's id is written back into the spec, so pushing again updates the same view.
+
+    Args:
+        spec_path: A ``workspace.json`` written by ``task=dashboard`` (:func:`spec_json`).
+        entity: Save under this entity (None: the spec's, else the API key's default entity).
+        timeout_s: Give up after this many seconds (no network, a server that does not answer).
+
+    Raises:
+        DashboardError: no API key, no answer in time, or W&B refused the workspace; the message
+            names the cause and the fix.
+    """
+    from plasticity.runs.io import write_text_atomic
+
+    again = f"then run: {push_command(spec_path)}"
+    ws = load_spec(spec_path)
+    if not has_credentials():
+        raise DashboardError(f"no W&B API key for {host_url()} (WANDB_API_KEY unset, no netrc entry). Fix: "
+                             f"wandb login (or export WANDB_API_KEY=<key>), {again}")
+    try:
+        _bounded(lambda: _save(ws, entity), timeout_s, f"saving the workspace to {host_url()}")
+        url = _bounded(lambda: ws.url, timeout_s, "reading the workspace URL")
+    except DashboardError:
+        raise
+    except TimeoutError as err:
+        raise DashboardError(f"{err} (no network?). Fix: run it where {host_url()} can be reached; {again}") from None
+    except Exception as err:
+        raise DashboardError(f"W&B did not save the workspace of {spec_path}: {type(err).__name__}: {err}. Fix: "
+                             f"check the entity {ws.entity!r} and project {ws.project!r} (and your access to "
+                             f"them), {again}") from None
+    write_text_atomic(spec_path, spec_json(ws))
+    return url
+
+
+def _save(ws: "Workspace", entity: str | None) -> None:
+    """Fills in the entity (the given one, else the spec's, else the API key's default), saves."""
+    import wandb
+
+    ws.entity = entity or ws.entity or wandb.Api().default_entity or ""
+    if not ws.entity:
+        raise DashboardError("no W&B entity: the spec has none and the API key has no default entity. Fix: "
+                             "pass --entity <team or user> (or task.entity=<team or user>)")
+    ws.save()
+
+
+# ----------------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m plasticity.tracking.dashboard push <workspace.json> [--entity E] [--timeout S]``.
+
+    Returns:
+        0 with the URL printed; 1 with the problem and its fix on stderr.
+    """
+    parser = argparse.ArgumentParser(prog="python -m plasticity.tracking.dashboard",
+                                     description="Save a workspace spec written by task=dashboard to W&B.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    cmd = commands.add_parser("push", help="save <workspace.json> to W&B and print its URL")
+    cmd.add_argument("spec", help="the workspace.json written by task=dashboard")
+    cmd.add_argument("--entity", default=None, help="W&B entity (default: the spec's, else your default)")
+    cmd.add_argument("--timeout", type=float, default=PUSH_TIMEOUT_S, help="seconds before giving up")
+    args = parser.parse_args(argv)
+    try:
+        url = push(args.spec, args.entity, args.timeout)
+    except DashboardError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(url)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""A reader of W&B's own run files (``run-<id>.wandb``), offline runs included.
+
+wandb has no Python reader of these files. The format is LevelDB's log framing around
+``wandb.proto.wandb_internal_pb2.Record`` messages: a 7-byte file header (``:W&B``, a 2-byte magic,
+a version byte), then 32 KiB blocks of chunks, each with a 7-byte header (crc32 of the type byte and
+the payload as little-endian uint32, payload length uint16, type uint8: 1 full, 2 first, 3 middle,
+4 last). A block's tail shorter than a header is zero padding.
+
+:func:`read_run` folds the records into what W&B shows for the run: its id, group, job type,
+tags, config (``config.update`` items, nested dicts unpacked), summary (``summary.update``), the
+history rows (``history.item``) and the exit code.
+
+Example:
+    >>> run = read_run(next(Path("outputs").rglob("run-*.wandb")))  # doctest: +SKIP
+    >>> run.config["component"]["name"], run.summary["test_acc"]    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = ["RunFile", "read_run", "records", "run_files"]
+
+BLOCK = 32 * 1024
+HEADER = 7
+MAGIC = b":W&B"
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+
+
+def payloads(data: bytes, path: str = "<bytes>") -> Iterator[bytes]:
+    """The record payloads of a run file's bytes, reassembled from their chunks.
+
+    Raises:
+        ValueError: the header is not W&B's, or a chunk's checksum does not match (a corrupt file).
+    """
+    if not data.startswith(MAGIC):
+        raise ValueError(f"{path} is not a W&B run file: it does not start with {MAGIC!r}")
+    pos, pending = HEADER, b""
+    while pos + HEADER <= len(data):
+        space = BLOCK - pos % BLOCK
+        if space < HEADER:  # block trailer
+            pos += space
+            continue
+        crc, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER])
+        if kind == 0 and length == 0:  # zero padding up to the next block
+            pos += space
+            continue
+        chunk = data[pos + HEADER:pos + HEADER + length]
+        if zlib.crc32(chunk, zlib.crc32(bytes([kind]))) != crc:
+            raise ValueError(f"{path}: corrupt chunk at byte {pos} (checksum mismatch)")
+        pos += HEADER + length
+        if kind == FULL:
+            yield chunk
+        elif kind == FIRST:
+            pending = chunk
+        elif kind == MIDDLE:
+            pending += chunk
+        elif kind == LAST:
+            yield pending + chunk
+            pending = b""
+
+
+def records(path: str | Path) -> Iterator[Any]:
+    """Every ``Record`` message of a run file, in order."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    for payload in payloads(Path(path).read_bytes(), str(path)):
+        record = pb.Record()
+        record.ParseFromString(payload)
+        yield record
+
+
+@dataclass
+class RunFile:
+    """What one run file holds, as W&B shows it."""
+
+    path: Path
+    id: str = ""
+    project: str = ""
+    group: str = ""
+    job_type: str = ""
+    name: str = ""
+    tags: list[str] = field(default_factory=list)
+    resumed: bool = False
+    config: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, dict] = field(default_factory=dict)
+    artifacts: list[str] = field(default_factory=list)
+    exit_code: int | None = None
+
+    def history_keys(self) -> set[str]:
+        """Every key any history row has (``_step``, ``_runtime``, ``_timestamp`` left out)."""
+        return {k for row in self.history for k in row if not k.startswith("_")}
+
+    def column(self, key: str) -> list[Any]:
+        """The values of one history key in row order (rows without it skipped)."""
+        return [row[key] for row in self.history if key in row]
+
+
+def _items(items, into: dict) -> None:
+    for item in items:
+        keys = list(item.nested_key) or [item.key]
+        target = into
+        for key in keys[:-1]:
+            target = target.setdefault(key, {})
+        target[keys[-1]] = json.loads(item.value_json)
+
+
+def read_run(path: str | Path) -> RunFile:
+    """Folds a run file's records into a :class:`RunFile`."""
+    run = RunFile(Path(path))
+    for record in records(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "run":
+            r = record.run
+            run.id, run.project, run.group, run.job_type = r.run_id, r.project, r.run_group, r.job_type
+            run.name, run.tags, run.resumed = r.display_name, list(r.tags), r.resumed
+            _items(r.config.update, run.config)
+            _items(r.summary.update, run.summary)
+        elif kind == "config":
+            _items(record.config.update, run.config)
+        elif kind == "summary":
+            _items(record.summary.update, run.summary)
+        elif kind == "history":
+            row: dict[str, Any] = {}
+            _items(record.history.item, row)
+            if record.history.HasField("step"):
+                row.setdefault("_step", record.history.step.num)
+            run.history.append(row)
+        elif kind == "metric":
+            m = record.metric
+            run.metrics[m.name or m.glob_name] = {"step_metric": m.step_metric,
+                                                  "summary": [s for s in ("min", "max", "mean", "last", "best")
+                                                              if getattr(m.summary, s, False)]}
+        elif kind == "artifact":
+            run.artifacts.append(record.artifact.name)
+        elif kind == "exit":
+            run.exit_code = record.exit.exit_code
+    return _unwrap_config(run)
+
+
+def _unwrap_config(run: RunFile) -> RunFile:
+    """W&B stores each top-level config key as ``{"value": ..., "desc": ...}`` in some records;
+    the plain value is what users filter on."""
+    run.config = {k: (v["value"] if isinstance(v, dict) and set(v) <= {"value", "desc"} and "value" in v else v)
+                  for k, v in run.config.items() if k != "_wandb"}
+    return run
+
+
+def run_files(root: str | Path) -> list[Path]:
+    """Every run file under ``root`` in start order (hidden folders, e.g. replaced runs, skipped)."""
+    found = [p for p in Path(root).rglob("run-*.wandb")
+             if not any(part.startswith(".") for part in p.relative_to(root).parts[:-1])]
+    return sorted(found, key=lambda p: (p.parent.name.split("-")[-2], str(p)))
