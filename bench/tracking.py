@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the package, not bench/plasticity.py
 
 
 def run(cwd: Path, logger: str, steps: int) -> float:
