@@ -9,6 +9,10 @@ parameters ``plasticity.components`` makes trainable. Prints, for each group: tr
 parameters, ms/step, the ratio to ``all`` and (CUDA) the peak memory. The FLOP model says a
 LayerNorm-only step costs about 0.68 of a full step on ViT-B (no weight gradients; input
 gradients still flow down to block 0), a head-only step about 0.34 (forward only).
+
+``--components`` also takes combinations (``mha+fc1``) and LoRA (``mha_lora_r8``: rank 8, alpha
+16, on MHA's qkv and proj); with ``mha`` among them a column gives each step time relative to full
+MHA finetuning.
 """
 
 from __future__ import annotations
@@ -35,8 +39,14 @@ def measure(args: argparse.Namespace, component: str) -> dict:
     device = torch.device(args.device)
     torch.manual_seed(0)
     net = create_model(args.model, num_classes=100, img_size=args.img).to(device)
-    selection = select(net, component, train_final_norm=True)
-    freeze(net, selection)
+    if "_lora_r" in component:  # e.g. mha_lora_r8: LoRA of rank 8 (alpha 2r) on the group's linear layers
+        from plasticity.adapters import apply_lora
+
+        groups, rank = component.split("_lora_r")
+        net, selection = apply_lora(net, groups.split("+"), None, rank=int(rank), alpha=2 * int(rank), dropout=0.0)
+    else:
+        selection = select(net, component, train_final_norm=True)
+        freeze(net, selection)
     module = FinetuneModule(net, selection, 100, optimizer=None, max_steps=1, warmup_steps=0,
                             train_transform=torch.nn.Identity(), eval_transform=torch.nn.Identity())
     params = [p for p in net.parameters() if p.requires_grad]
@@ -85,11 +95,13 @@ def main() -> None:
     print(f"# {args.model}, batch {args.batch}, {args.img}px, {name}, torch {torch.__version__}")
     rows = [measure(args, c) for c in args.components.split(",")]
     full = next(r["ms"] for r in rows if r["component"] == "all")
-    print(f"| group | trainable params | ms/step | ratio to all | peak GiB |")
-    print(f"|---|---:|---:|---:|---:|")
+    mha = next((r["ms"] for r in rows if r["component"] == "mha"), float("nan"))
+    print("| group | trainable params | ms/step | ratio to all | ratio to mha | peak GiB |")
+    print("|---|---:|---:|---:|---:|---:|")
     for r in rows:
         peak = "-" if r["peak_gib"] != r["peak_gib"] else f"{r['peak_gib']:.2f}"
-        print(f"| {r['component']} | {r['params']:,} | {r['ms']:.1f} | {r['ms'] / full:.2f} | {peak} |")
+        print(f"| {r['component']} | {r['params']:,} | {r['ms']:.1f} | {r['ms'] / full:.2f} | {r['ms'] / mha:.2f} | "
+              f"{peak} |")
 
 
 if __name__ == "__main__":

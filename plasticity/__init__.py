@@ -7,7 +7,9 @@ resolvers the ``conf/`` files use:
 - ``${run_id:<text>}``: a stable 16-hex-digit id (the W&B run id of a run directory, so that a
   requeued job resumes its own W&B run);
 - ``${groups:}``: the paper's five component groups (:data:`plasticity.components.GROUPS`);
-- ``${optimizer_name:<_target_>}``: ``torch.optim.SGD`` -> ``sgd``, the optimizer's name in run paths.
+- ``${optimizer_name:<_target_>}``: ``torch.optim.SGD`` -> ``sgd``, the optimizer's name in run paths;
+- ``${component_tag:<name>,<blocks>,<adapter>}``: the configuration's name in run paths
+  (``mha``, ``mha+fc1_b8-11``, ``mha_lora_r8``; :func:`plasticity.components.component_tag`).
 
 Subpackages: :mod:`~plasticity.data`, :mod:`~plasticity.recipes` (one per task),
 :mod:`~plasticity.runs` (records, locks), :mod:`~plasticity.report` (tables, figures, summary),
@@ -18,7 +20,7 @@ import hashlib
 
 from omegaconf import OmegaConf
 
-from plasticity.components import GROUPS
+from plasticity.components import GROUPS, component_tag
 from plasticity.runs.record import optimizer_name
 
 
@@ -31,5 +33,6 @@ def run_id(text: str) -> str:
 OmegaConf.register_new_resolver("run_id", run_id, replace=True)
 OmegaConf.register_new_resolver("groups", lambda: list(GROUPS), replace=True)
 OmegaConf.register_new_resolver("optimizer_name", optimizer_name, replace=True)
+OmegaConf.register_new_resolver("component_tag", component_tag, replace=True)
 
 __version__ = "0.2.0"

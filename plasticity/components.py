@@ -147,6 +147,8 @@ class Selection:
         trainable: Every name that trains.
         blocks: Block index -> names of trainable parameters in that block.
         numel: Parameter name -> number of elements, for every parameter of the model.
+        parts: For a combination (``mha+fc1``, a block subset, ``auto``): each group -> its
+            trainable names, so gradient norms are logged per group; None for one whole group.
     """
 
     component: str
@@ -156,6 +158,12 @@ class Selection:
     trainable: frozenset[str]
     blocks: dict[int, tuple[str, ...]]
     numel: dict[str, int]
+    parts: dict[str, tuple[str, ...]] | None = None
+
+    @property
+    def by_group(self) -> dict[str, tuple[str, ...]]:
+        """Each trained group -> its trainable names (one entry, the component, for a single group)."""
+        return dict(self.parts) if self.parts else {self.component: self.group}
 
     def count(self, names: Iterable[str]) -> int:
         """Number of scalar parameters among ``names``."""
@@ -190,32 +198,153 @@ def group_counts(model: "nn.Module") -> dict[str, int]:
     return {group: sum(numel[n] for n in members) for group, members in resolve(model).items()}
 
 
-def check_component(component: str) -> None:
-    """Raises ValueError naming the choices when ``component`` is not one of :data:`COMPONENTS`."""
-    if component not in COMPONENTS:
+AUTO = "auto"
+"""``component=auto``: the measured plasticity chooses what trains (:mod:`plasticity.auto`)."""
+COMBINABLE: tuple[str, ...] = GROUPS + ("emb",)
+"""Groups that ``+`` joins (``component.name=mha+fc1``)."""
+
+
+def parse_component(component: str) -> tuple[str, ...]:
+    """The groups of a ``component.name``: ``mha`` -> ``("mha",)``, ``mha+fc1`` -> ``("mha", "fc1")``.
+
+    Raises:
+        ValueError: naming the choices, for an unknown name, a repeated group, or ``all``/``head``
+            in a combination.
+    """
+    parts = tuple(str(component).split("+"))
+    if len(parts) == 1:
+        if component not in COMPONENTS + (AUTO,):
+            raise ValueError(
+                f"component={component!r} is not a component group. Choices: {', '.join(COMPONENTS + (AUTO,))}, "
+                f"or groups joined by '+' from {', '.join(COMBINABLE)}. Fix: component=<one of them> (e.g. "
+                f"component=mha, or component.name=mha+fc1).")
+        return parts
+    bad = [p for p in parts if p not in COMBINABLE]
+    if bad or len(set(parts)) != len(parts):
         raise ValueError(
-            f"component={component!r} is not a component group. Choices: {', '.join(COMPONENTS)}. "
-            f"Fix: component=<one of them> (e.g. component=mha)."
-        )
+            f"component.name={component!r}: a combination joins distinct groups from {', '.join(COMBINABLE)} "
+            f"with '+'{f' ({bad[0]!r} is not one)' if bad else ' (a group repeats)'}. Fix: e.g. "
+            f"component.name=mha+fc1.")
+    return parts
 
 
-def select(model: "nn.Module", component: str, train_final_norm: bool = True) -> Selection:
+def check_component(component: str) -> None:
+    """Raises ValueError naming the choices when ``component`` is neither one of :data:`COMPONENTS`,
+    ``auto``, nor a ``+``-joined combination of :data:`COMBINABLE` groups."""
+    parse_component(component)
+
+
+def check_blocks(blocks, depth: int | None = None) -> None:
+    """``component.blocks``: null (every block) or distinct block indices (below ``depth`` if known).
+
+    Raises:
+        ValueError: naming the key, the value and the fix.
+    """
+    if blocks is None:
+        return
+    values = list(blocks) if isinstance(blocks, (list, tuple)) or hasattr(blocks, "__iter__") else None
+    ok = values is not None and values and all(isinstance(b, int) and not isinstance(b, bool) and b >= 0
+                                               for b in values) and len(set(values)) == len(values)
+    if not ok:
+        raise ValueError(f"component.blocks={blocks!r} must be null (every block) or a list of distinct block "
+                         f"indices. Fix: e.g. component.blocks=[8,9,10,11].")
+    if depth is not None and max(values) >= depth:
+        raise ValueError(f"component.blocks={list(values)} has block {max(values)}, but the model has {depth} blocks "
+                         f"(0-{depth - 1}). Fix: indices below {depth}.")
+
+
+def blocks_tag(blocks) -> str:
+    """``[8, 9, 10, 11]`` -> ``b8-11``; ``[2, 5]`` -> ``b2.5``; None -> ``""``."""
+    if not blocks:
+        return ""
+    values = sorted(int(b) for b in blocks)
+    if len(values) > 1 and values == list(range(values[0], values[-1] + 1)):
+        return f"b{values[0]}-{values[-1]}"
+    return "b" + ".".join(str(b) for b in values)
+
+
+def has_adapter(adapter) -> bool:
+    """An adapter config names an adapter (``adapter=none`` gives ``name: none``)."""
+    return bool(adapter) and adapter.get("name") not in (None, "none")
+
+
+def component_tag(name: str, blocks=None, adapter=None, budget=None) -> str:
+    """The configuration's name in run paths, records and tables: the component, then the block
+    subset, the adapter and the ``auto`` budget (``mha+fc1_b8-11``, ``mha_lora_r8``, ``auto_budget0.05``)."""
+    tag = str(name)
+    if name == AUTO and budget is not None:
+        tag += f"_budget{budget}"
+    if blocks:
+        tag += "_" + blocks_tag(blocks)
+    if has_adapter(adapter):
+        tag += f"_{adapter['name']}_r{adapter['rank']}"
+    return tag
+
+
+def strategy_of(name: str, blocks=None, adapter=None) -> str:
+    """The kind of configuration: ``group``, ``combination``, ``lora``, ``auto``, ``full`` or ``head``."""
+    if has_adapter(adapter):
+        return str(adapter["name"])
+    if name == AUTO:
+        return AUTO
+    if name in ("all", "head"):
+        return {"all": "full", "head": "head"}[name]
+    return "combination" if "+" in str(name) or blocks else "group"
+
+
+def select(model: "nn.Module", component: str, train_final_norm: bool = True, blocks=None) -> Selection:
     """Resolves the parameters that train when finetuning ``component``.
 
     Args:
         model: A timm ViT-family model.
-        component: One of :data:`COMPONENTS`.
+        component: One of :data:`COMPONENTS`, or groups joined by ``+`` (``mha+fc1``).
         train_final_norm: Whether the final norm trains too (the official code trains it in every
             configuration). Always true for ``all``; ignored for ``head`` (nothing but the head).
+        blocks: Block indices whose parameters of the groups train (None: every block); the
+            embedding (``emb``) has no block and trains whole.
     """
-    check_component(component)
+    parts = parse_component(component)
+    check_blocks(blocks, len(getattr(model, "blocks", ())) or None)
     groups = resolve(model)
     if component == "all":
-        group = tuple(n for n, _ in model.named_parameters())
-    else:
-        group = groups[component]
+        return selection_of(model, component, {"all": tuple(n for n, _ in model.named_parameters())}, groups, True,
+                          single=True)
+    if component == AUTO:
+        raise ValueError("component=auto is resolved by plasticity.auto.choose, not by select().")
+    keep = set(blocks) if blocks else None
+    chosen = {g: tuple(n for n in groups[g] if keep is None or classify(n)[1] in keep or classify(n)[1] is None)
+              for g in parts}
+    final = train_final_norm and component != "head"
+    return selection_of(model, component, chosen, groups, final, single=len(parts) == 1 and not blocks)
+
+
+def select_units(model: "nn.Module", units: Iterable[tuple[str, int | None]], train_final_norm: bool = True,
+                 component: str = AUTO) -> Selection:
+    """The selection that trains the given (group, block) units (block None: the group in every block)."""
+    groups = resolve(model)
+    chosen: dict[str, list[str]] = {}
+    for group, block in units:
+        chosen.setdefault(group, []).extend(n for n in groups[group] if block is None or classify(n)[1] == block)
+    ordered = {g: tuple(n for n in groups[g] if n in set(chosen[g])) for g in COMBINABLE if g in chosen}
+    return selection_of(model, component, ordered, groups, train_final_norm, single=False)
+
+
+def selection_of(model: "nn.Module", component: str, chosen: dict[str, tuple[str, ...]],
+                 groups: dict[str, tuple[str, ...]], train_final_norm: bool, single: bool) -> Selection:
+    """The :class:`Selection` that trains ``chosen`` (group -> names), the head and (by switch) the
+    final norm; ``single``: one whole group (no per-group ``parts``).
+
+    Args:
+        model: The model (its parameter names and sizes).
+        component: The selection's name.
+        chosen: Each trained group -> its trainable names (LoRA names for an adapter).
+        groups: :func:`resolve` of the model (the head and final norm names).
+        train_final_norm: Whether the final norm trains.
+        single: One whole group: ``parts`` stays None.
+    """
+    group = tuple(n for members in chosen.values() for n in members)
     trainable = set(group) | set(groups["head"])
-    if train_final_norm and component != "head":
+    if train_final_norm:
         trainable |= set(groups["final_norm"])
     blocks: dict[int, list[str]] = {}
     for name in (n for n, _ in model.named_parameters() if n in trainable):
@@ -230,6 +359,7 @@ def select(model: "nn.Module", component: str, train_final_norm: bool = True) ->
         trainable=frozenset(trainable),
         blocks={b: tuple(v) for b, v in sorted(blocks.items())},
         numel={n: p.numel() for n, p in model.named_parameters()},
+        parts=None if single else chosen,
     )
 
 

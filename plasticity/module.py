@@ -36,8 +36,9 @@ class FinetuneModule(L.LightningModule):
     """Trains ``selection.trainable`` of a timm ViT; everything else is frozen.
 
     Logged every optimizer step (before clipping): ``train/loss`` (mean over the step's
-    micro-batches), ``lr``, ``grad_norm/<component>``, ``grad_norm/head``,
-    ``grad_norm/final_norm`` (when it trains) and ``grad_norm/<component>/block_<i>``.
+    micro-batches), ``lr`` (the base rate), ``grad_norm/<group>`` (each trained group: one for a
+    single group, each of a combination such as ``mha+fc1``), ``grad_norm/head``,
+    ``grad_norm/final_norm`` (when it trains) and ``grad_norm/<group>/block_<i>``.
     Logged at each validation: ``val/loss``, ``val/acc``; at test: ``test/loss``, ``test/acc``.
     Accuracies are sample-weighted (micro). Checkpoints hold only trainable parameters.
 
@@ -50,6 +51,8 @@ class FinetuneModule(L.LightningModule):
         warmup_steps: Linear warmup steps.
         train_transform: Batch transform applied on the device to training batches.
         eval_transform: Batch transform applied on the device to validation and test batches.
+        lr_scale: Group -> learning-rate multiplier for the groups of a combination
+            (``{"ln1": 10}``: LayerNorms at 10x the base rate; the schedule scales every group alike).
     """
 
     def __init__(
@@ -62,8 +65,10 @@ class FinetuneModule(L.LightningModule):
         warmup_steps: int,
         train_transform: nn.Module,
         eval_transform: nn.Module,
+        lr_scale: dict[str, float] | None = None,
     ) -> None:
         super().__init__()
+        self.lr_scale = dict(lr_scale or {})
         self.net = net
         self.selection = selection
         self.optimizer_factory = optimizer
@@ -103,7 +108,8 @@ class FinetuneModule(L.LightningModule):
         self.log("loss", loss, on_step=True, on_epoch=False, prog_bar=True, logger=False)
 
     def grad_norms(self) -> dict[str, torch.Tensor]:
-        """L2 norms of the gradients of the group, the head, the final norm and the group per block."""
+        """L2 norms of the gradients of each trained group (one for a single group; each of a
+        combination), the head, the final norm, and each group per block."""
         params = dict(self.net.named_parameters())
         sel = self.selection
 
@@ -111,12 +117,15 @@ class FinetuneModule(L.LightningModule):
             grads = [params[n].grad for n in names if params[n].grad is not None]
             return get_total_norm(grads) if grads else torch.zeros((), device=self.device)
 
-        norms = {f"grad_norm/{sel.component}": norm(sel.group), "grad_norm/head": norm(sel.head)}
+        norms = {f"grad_norm/{g}": norm(names) for g, names in sel.by_group.items()}
+        norms["grad_norm/head"] = norm(sel.head)
         if any(n in sel.trainable for n in sel.final_norm):
             norms["grad_norm/final_norm"] = norm(sel.final_norm)
-        group = set(sel.group)
-        for block, names in sel.blocks.items():
-            norms[f"grad_norm/{sel.component}/block_{block}"] = norm(n for n in names if n in group)
+        for g, names in sel.by_group.items():
+            members = set(names)
+            for block, in_block in sel.blocks.items():
+                if members.intersection(in_block):
+                    norms[f"grad_norm/{g}/block_{block}"] = norm(n for n in in_block if n in members)
         return norms
 
     def _eval_step(self, batch, stage: str, accuracy: MulticlassAccuracy) -> None:
@@ -134,9 +143,21 @@ class FinetuneModule(L.LightningModule):
     def test_step(self, batch, batch_idx: int) -> None:
         self._eval_step(batch, "test", self.test_acc)
 
+    def param_groups(self) -> list[dict]:
+        """The trainable parameters as optimizer groups: one at the base learning rate (first, so
+        the logged ``lr`` is the base rate), then one per group of ``lr_scale`` at ``lr x scale``."""
+        base_lr = self.optimizer_factory.keywords["lr"] if self.lr_scale else None
+        params = dict(self.net.named_parameters())
+        scaled = {g: set(names) for g, names in self.selection.by_group.items() if g in self.lr_scale}
+        taken = set().union(*scaled.values()) if scaled else set()
+        groups = [{"params": [p for n, p in params.items() if p.requires_grad and n not in taken]}]
+        for g, names in scaled.items():
+            groups.append({"params": [params[n] for n in params if n in names and params[n].requires_grad],
+                           "lr": base_lr * float(self.lr_scale[g]), "name": g})
+        return [group for group in groups if group["params"]]
+
     def configure_optimizers(self):
-        params = [p for p in self.net.parameters() if p.requires_grad]
-        optimizer = self.optimizer_factory(params)
+        optimizer = self.optimizer_factory(self.param_groups())
         schedule = LambdaLR(optimizer, warmup_cosine(self.max_steps, self.warmup_steps))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 

@@ -22,7 +22,7 @@ VALIDATED: set[str] = set()
 """Run directories whose config this process already validated (the sweep callback checks before Hydra
 creates them; the job then need not check again)."""
 
-KNOWN_KEYS = ("paths", "model", "dataset", "component", "optimizer", "trainer", "logger", "callbacks", "task",
+KNOWN_KEYS = ("paths", "model", "dataset", "component", "adapter", "optimizer", "trainer", "logger", "callbacks", "task",
               "experiment", "seed", "threads", "matmul_precision", "print_config", "resume", "sweep", "run_name",
               "sweep_dir", "hydra")
 """Top-level keys of ``conf/config.yaml``; anything else is a typo (e.g. ``+optimzer.lr=1``)."""

@@ -79,7 +79,8 @@ def test_every_dataset_config_names_a_dataset():
 
 
 def test_the_expected_groups_exist():
-    assert {"ln1", "mha", "ln2", "fc1", "fc2", "emb", "all", "head"} == set(options("component"))
+    assert {"ln1", "mha", "ln2", "fc1", "fc2", "emb", "all", "head", "auto"} == set(options("component"))
+    assert {"none", "lora"} == set(options("adapter"))
     assert {"fashion_mnist", "fashion_mnist_c/motion_blur", "fashion_mnist_c/snow"} <= set(options("dataset"))
 
 

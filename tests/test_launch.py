@@ -84,7 +84,7 @@ def test_multirun_grid_then_relaunch_skips_everything(tmp_path, data_dir):
     report = launch(tmp_path, data_dir, "task=report", "sweep_dir=outputs/finetune", base=[])
     assert report.returncode == 0, report.stderr[-3000:]
     table6 = (tmp_path / "outputs" / "finetune" / "report" / "table6.csv").read_text().splitlines()
-    assert table6[0] == "dataset,group,lr,mean,std,n_seeds"
+    assert table6[0] == "dataset,group,strategy,label,params,lr,mean,std,n_seeds"
     chosen = {row.split(",")[1]: row.split(",") for row in table6[1:] if row.startswith("fashion_mnist,")}
     for group in ("ln1", "fc1"):  # the lr with the better validation accuracy, its test accuracy in %
         best = max((records[(group, lr)] for lr in (0.01, 0.1)), key=lambda r: r["best_val_acc"])

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from plasticity.components import check_component
+from plasticity.components import (
+    AUTO,
+    check_blocks,
+    check_component,
+    component_tag,
+    has_adapter,
+    parse_component,
+    strategy_of,
+)
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
 from plasticity.runs.record import optimizer_name
@@ -63,12 +71,12 @@ class Finetune(RecipeBase):
     """Recipe of ``task=finetune``: small setup steps, then :meth:`run`."""
 
     name = "finetune"
-    sections = ("task", "model", "dataset", "component", "optimizer", "trainer", "seed")
+    sections = ("task", "model", "dataset", "component", "adapter", "optimizer", "trainer", "seed")
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
         super().validate(cfg, p, local)
-        p.call(check_component, cfg.component.name)
+        check_strategy(cfg, p)
         check_model(cfg, p)
         check_dataset(cfg, p, cfg.dataset.name, trains=True)
         check_dataset_values(cfg.dataset, p)
@@ -81,7 +89,7 @@ class Finetune(RecipeBase):
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
         lr = cfg.optimizer.get("lr")
         return {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name,
-                "component": cfg.component.name, "optimizer": optimizer_name(cfg.optimizer.get("_target_", "?")),
+                "component": tag(cfg), "optimizer": optimizer_name(cfg.optimizer.get("_target_", "?")),
                 "lr": float(lr) if isinstance(lr, (int, float)) else lr, "seed": cfg.seed}
 
     @property
@@ -118,14 +126,65 @@ class Finetune(RecipeBase):
         datamodule.check()
         return datamodule
 
-    def setup_selection(self, net: "torch.nn.Module") -> "Selection":
-        """Resolves and freezes: only the component, the head and (by switch) the final norm train."""
+    def setup_selection(self, net: "torch.nn.Module", datamodule: "DataModule") -> tuple["torch.nn.Module", "Selection"]:
+        """Resolves and freezes: only the component (its groups and blocks, its LoRA weights with
+        an adapter, or what the measurement chose for ``auto``), the head and (by switch) the final
+        norm train. Returns the model (LoRA-adapted when configured) and the selection."""
         from plasticity.components import freeze, select
 
-        component = self.cfg.component
-        selection = select(net, component.name, component.train_final_norm)
+        component, adapter = self.cfg.component, self.adapter
+        if adapter:
+            from plasticity.adapters import apply_lora
+
+            return apply_lora(net, list(parse_component(component.name)), _blocks(component), rank=adapter["rank"],
+                              alpha=adapter["alpha"], dropout=adapter["dropout"],
+                              train_final_norm=component.train_final_norm)
+        if component.name == AUTO:
+            selection = self.auto_selection(net, datamodule)
+        else:
+            selection = select(net, component.name, component.train_final_norm, _blocks(component))
         freeze(net, selection)
-        return selection
+        return net, selection
+
+    @property
+    def adapter(self) -> dict | None:
+        """The adapter config (``adapter=lora``) as a dict, or None."""
+        return _adapter(self.cfg)
+
+    def auto_selection(self, net: "torch.nn.Module", datamodule: "DataModule") -> "Selection":
+        """``component=auto``: measures every (group, block) of the pretrained model on (reference
+        test, target train) pairs and selects what :func:`plasticity.auto.choose` picks."""
+        import torch
+
+        from plasticity.auto import choose, measure_units, unit_name
+        from plasticity.components import select_units
+        from plasticity.data import load_splits
+        from plasticity.data.augment import DeviceTransform
+        from plasticity.measure import pair_indices
+        from plasticity.models import image_size
+
+        auto, data = self.cfg.component.auto, self.cfg.dataset
+        started = time.perf_counter()
+        ref = load_splits(datamodule.spec.replace(name=auto.reference, limit=None, num_classes=None)).test
+        target = datamodule.splits.train
+        ri, ti = pair_indices(len(ref), len(target), auto.n_pairs, "sequential")
+        transform = DeviceTransform(image_size(net), data.mean, data.std, train=False)
+
+        def batches():
+            for start in range(0, auto.n_pairs, auto.batch_size):
+                stop = start + auto.batch_size
+                halves = (torch.from_numpy(a.images[i[start:stop]]).permute(0, 3, 1, 2) for a, i in
+                          ((ref, ri), (target, ti)))
+                yield torch.cat([transform(h) for h in halves])
+
+        table = measure_units(net, batches())
+        total = sum(p.numel() for p in net.parameters())
+        units = choose(table, auto.budget, total)
+        self.auto_record = {"selected": [unit_name(u) for u in units], "auto_table": table,
+                            "auto_s": round(time.perf_counter() - started, 2)}
+        log.info("component=auto: measured %d (group, block) units on %d pairs in %.1f s; training %s",
+                 len(table), auto.n_pairs, self.auto_record["auto_s"], ", ".join(self.auto_record["selected"]))
+        return select_units(net, units, self.cfg.component.train_final_norm)
 
     def setup_module(self, net: "torch.nn.Module", selection: "Selection", datamodule: "DataModule") -> "FinetuneModule":
         """The LightningModule; train batches of the JPEG path arrive cropped, so only normalised."""
@@ -153,6 +212,7 @@ class Finetune(RecipeBase):
             warmup_steps=task.warmup_steps,
             train_transform=transform(augment_on_device),
             eval_transform=transform(False),
+            lr_scale=dict(self.cfg.component.get("lr_scale") or {}),
         )
 
     def setup_callbacks(self) -> tuple[Any, list]:
@@ -250,10 +310,10 @@ class Finetune(RecipeBase):
         L.seed_everything(self.cfg.seed, workers=True, verbose=False)
         net = self.setup_net()
         datamodule = self.setup_data(net)
-        selection = self.setup_selection(net)
+        datamodule.setup()
+        net, selection = self.setup_selection(net, datamodule)
         counts = selection.counts
         log.info("trainable parameters: %s", ", ".join(f"{k} {v:,}" for k, v in counts.items()))
-        datamodule.setup()
         module = self.setup_module(net, selection, datamodule)
         resume = self.resume_from()
         checkpoint, callbacks = self.setup_callbacks()
@@ -277,8 +337,24 @@ class Finetune(RecipeBase):
             "train_s": round(train_s, 2),
             "best_checkpoint": str(Path(best).relative_to(self.run_dir)),
             "resumed": resume is not None,
+            **self.strategy_fields(selection),
         }
+        if self.adapter and self.cfg.task.get("export_merged", False):
+            from plasticity.adapters import export_merged
+
+            fields["weights_file"] = str(export_merged(module.net, self.run_dir / "weights.safetensors"))
         return fields, module
+
+    def strategy_fields(self, selection: "Selection") -> dict[str, Any]:
+        """What the record says about the configuration: its kind, groups, blocks, adapter and,
+        for ``auto``, the choice and the measurement behind it."""
+        component = self.cfg.component
+        fields: dict[str, Any] = {"strategy": strategy_of(component.name, _blocks(component), self.adapter),
+                                  "groups": list(selection.by_group), "blocks": _blocks(component),
+                                  "adapter": self.adapter}
+        if component.get("lr_scale"):
+            fields["lr_scale"] = dict(component.lr_scale)
+        return {**fields, **getattr(self, "auto_record", {})}
 
 
 def check_steps(task: DictConfig, p: Problems) -> None:
@@ -302,3 +378,84 @@ def check_steps(task: DictConfig, p: Problems) -> None:
 
 def _largest_divisor(n: int, below: int) -> int:
     return max(d for d in range(1, min(n, below) + 1) if n % d == 0)
+
+
+def _blocks(component: DictConfig) -> list[int] | None:
+    blocks = component.get("blocks")
+    return None if blocks is None else [int(b) for b in blocks]
+
+
+def _adapter(cfg: DictConfig) -> dict | None:
+    """The configured adapter as a plain dict (``{"name": "lora", "rank": 8, ...}``), or None."""
+    from omegaconf import OmegaConf
+
+    node = cfg.get("adapter")
+    if not has_adapter(node):
+        return None
+    return OmegaConf.to_container(node, resolve=True)
+
+
+def tag(cfg: DictConfig) -> str:
+    """The configuration's name in the record and run path (:func:`plasticity.components.component_tag`)."""
+    auto = cfg.component.get("auto") or {}
+    return component_tag(cfg.component.name, _blocks(cfg.component), _adapter(cfg), auto.get("budget"))
+
+
+def check_strategy(cfg: DictConfig, p: Problems) -> None:
+    """``component.name`` (a group, ``+``-joined groups or ``auto``), ``component.blocks``,
+    ``component.lr_scale``, ``component.auto`` and the adapter."""
+    component = cfg.component
+    if not p.call(check_component, component.name):
+        return
+    parts = parse_component(component.name)
+    if p.call(check_blocks, component.get("blocks")) and component.get("blocks") is not None:
+        p.call(check_blocks, component.blocks, model_depth(cfg))
+    scale = component.get("lr_scale") or {}
+    for group, value in scale.items():
+        p.require(group in parts, f"component.lr_scale has {group!r}, which is not trained by "
+                                  f"component.name={component.name!r} (groups: {', '.join(parts)}). "
+                                  f"Fix: component.lr_scale={{{parts[0]}: 10}} or drop the key.")
+        p.require(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
+                  f"component.lr_scale.{group}={value!r} must be a positive multiplier. Fix: e.g. "
+                  f"component.lr_scale.{group}=10.")
+    if component.name == AUTO:
+        check_auto(cfg, p)
+    adapter = _adapter(cfg)
+    if adapter:
+        from plasticity.adapters import check_adapter
+
+        p.require(component.name != AUTO, "component=auto with adapter=lora: the measurement chooses whole "
+                                          "weights to train. Fix: adapter=none, or a group with adapter=lora.")
+        for problem in check_adapter(list(parts), adapter):
+            p.add(problem)
+
+
+def model_depth(cfg: DictConfig) -> int | None:
+    """The model's number of blocks, from its state dict shapes on the meta device (None if unknown)."""
+    from omegaconf import OmegaConf
+
+    from plasticity.models import block_layout, model_shapes
+
+    try:
+        kwargs = OmegaConf.to_container(cfg.model.get("kwargs") or {}, resolve=True)
+        return block_layout(model_shapes(cfg.model.name, kwargs)).get("depth")
+    except Exception:  # an unknown model name is reported by check_model
+        return None
+
+
+def check_auto(cfg: DictConfig, p: Problems) -> None:
+    """``component.auto``: the reference dataset exists, positive pair counts, a budget in (0, 1]."""
+    auto = cfg.component.get("auto")
+    if not p.require(auto is not None, "component=auto needs component.auto (reference, n_pairs, batch_size, "
+                                       "budget). Fix: component=auto (conf/component/auto.yaml)."):
+        return
+    check_dataset(cfg, p, auto.reference, key="component.auto.reference")
+    positive_int(p, "component.auto.n_pairs", auto.get("n_pairs"))
+    positive_int(p, "component.auto.batch_size", auto.get("batch_size"))
+    budget = auto.get("budget")
+    p.require(budget is None or (isinstance(budget, (int, float)) and not isinstance(budget, bool) and 0 < budget <= 1),
+              f"component.auto.budget={budget!r} must be null (the most plastic whole group) or a fraction of the "
+              f"model's parameters in (0, 1]. Fix: e.g. component.auto.budget=0.05.")
+    p.require(cfg.component.get("blocks") is None,
+              f"component.blocks={cfg.component.blocks!r} with component=auto: the measurement chooses the blocks. "
+              f"Fix: component.blocks=null, or a budget (component.auto.budget=0.05).")

@@ -42,7 +42,8 @@ class Report(RecipeBase):
     def run(self) -> dict[str, Any]:
         from plasticity.report import write_report
 
-        result = write_report(self.cfg.sweep_dir, self.cfg.task.select, out_dir=self.run_dir)
+        result = write_report(self.cfg.sweep_dir, self.cfg.task.select, out_dir=self.run_dir,
+                              optimizer=self.cfg.task.get("optimizer"))
         print(f"report: {result.path} ({result.runs} runs, {result.done} done, {len(result.problems)} problems)")
         if wandb_enabled(self.cfg):
             from plasticity.tracking.report import log_report

@@ -19,15 +19,18 @@ import numpy as np
 
 from plasticity.runs.record import RESULT_FILE
 
-__all__ = ["Problem", "Sweep", "check_sweep_dir", "collect", "group_values", "read_metric", "read_metrics",
-           "read_record", "record_problem", "result_files"]
+__all__ = ["Problem", "Sweep", "check_sweep_dir", "collect", "group_values", "probe_dir", "read_metric",
+           "read_metrics", "read_record", "record_problem", "result_files"]
 
 Problem = tuple[str, str]
 """A file that could not be used: ``(path, reason)``."""
 
 IDENTITY = {"finetune": ("dataset", "model", "component", "lr", "seed", "status"),
+            "linear_probe": ("dataset", "model", "component", "seed", "status"),
             "plasticity": ("dataset", "model")}
-"""Fields a record of each task the report reads must have (records of other tasks are ignored)."""
+"""Fields a record of each task the report reads must have (records of other tasks are ignored). A
+linear probe (logistic regression on frozen features) has no learning rate: its ``lr`` is null."""
+PROBE_TASK = "linear_probe"
 TEXT_FIELDS = ("dataset", "component", "status")
 ACCURACIES = ("best_val_acc", "test_acc")
 SWEEP_DIR_FIX = "Fix: sweep_dir=<a directory with run records, e.g. outputs/finetune/cifar10>."
@@ -42,14 +45,19 @@ class Sweep:
     Attributes:
         root: The sweep directory.
         finetune: ``(run_dir, record)`` of every valid finetuning record (any status), sorted by path.
+        probe: ``(run_dir, record)`` of every valid linear-probe record (``task=linear_probe``).
         analysis: ``(run_dir, record)`` of every valid plasticity analysis record.
         problems: ``(path, reason)`` of every ``result.json`` that could not be used.
+        probe_dir: The sibling ``linear_probe`` folder whose probe records were read too (see
+            :func:`probe_dir`), or None.
     """
 
     root: Path
     finetune: list[tuple[Path, dict]] = field(default_factory=list)
+    probe: list[tuple[Path, dict]] = field(default_factory=list)
     analysis: list[tuple[Path, dict]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    probe_dir: Path | None = None
 
 
 def result_files(root: str | Path) -> Iterator[Path]:
@@ -114,39 +122,67 @@ def record_problem(record: dict) -> str | None:
     for key in (k for k in TEXT_FIELDS if k in fields):
         if not isinstance(record[key], str):
             return f"{key}={record[key]!r} is not a string"
-    return _finetune_problem(record) if task == "finetune" else None
+    return _finetune_problem(record) if task in ("finetune", PROBE_TASK) else None
 
 
 def _finetune_problem(record: dict) -> str | None:
-    for key in ("lr", "seed"):
+    """A finetuning record needs a numeric lr and seed; a linear probe a numeric seed and an lr
+    that is null or numeric (its validation accuracy may be null). A done run's accuracies are
+    fractions."""
+    probe = record["task"] == PROBE_TASK
+    for key in ("seed",) if probe else ("lr", "seed"):
         if not _is_number(record[key]):
             return f"{key}={record[key]!r} is not a number"
+    if probe and record.get("lr") is not None and not _is_number(record["lr"]):
+        return f"lr={record['lr']!r} is neither null nor a number"
     if record["status"] == "done":
         for key in ACCURACIES:
             value = record.get(key)
+            if probe and key == "best_val_acc" and value is None:
+                continue
             if not (_is_number(value) and 0.0 <= value <= 1.0):
                 return f"{key}={value!r} is not a number in [0, 1] (status done)"
     return None
 
 
-def collect(sweep_dir: str | Path) -> Sweep:
+def probe_dir(sweep_dir: str | Path) -> Path | None:
+    """Where the linear probes of a finetuning sweep live: ``<out>/finetune/<rest>`` ->
+    ``<out>/linear_probe/<rest>`` (the last ``finetune`` folder of the path), when that folder
+    exists; None otherwise (a sweep directory above ``finetune``, e.g. ``outputs``, holds both)."""
+    parts = Path(sweep_dir).parts
+    if "finetune" not in parts:
+        return None
+    i = len(parts) - 1 - parts[::-1].index("finetune")
+    sibling = Path(*parts[:i], PROBE_TASK, *parts[i + 1:])
+    return sibling if sibling.is_dir() else None
+
+
+def collect(sweep_dir: str | Path, probes: bool = True) -> Sweep:
     """Reads every ``result.json`` under ``sweep_dir`` (hidden folders skipped); never raises.
 
-    Finetuning and plasticity analysis records go to :attr:`Sweep.finetune` and
-    :attr:`Sweep.analysis`, records of other tasks are ignored, and every file that cannot be used
-    (see :func:`read_record` and :func:`record_problem`) goes to :attr:`Sweep.problems`.
+    Finetuning, linear-probe and plasticity analysis records go to :attr:`Sweep.finetune`,
+    :attr:`Sweep.probe` and :attr:`Sweep.analysis`, records of other tasks are ignored, and every
+    file that cannot be used (see :func:`read_record` and :func:`record_problem`) goes to
+    :attr:`Sweep.problems`. With ``probes``, the linear-probe records of the sibling
+    ``linear_probe`` folder (:func:`probe_dir`) are read too.
     """
     sweep = Sweep(Path(sweep_dir))
-    for path in sorted(result_files(sweep.root)):
+    sweep.probe_dir = probe_dir(sweep.root) if probes else None
+    _read(sweep, sweep.root, ("finetune", PROBE_TASK, "plasticity"))
+    if sweep.probe_dir is not None:
+        _read(sweep, sweep.probe_dir, (PROBE_TASK,))
+    return sweep
+
+
+def _read(sweep: Sweep, root: Path, tasks: tuple[str, ...]) -> None:
+    lists = {"finetune": sweep.finetune, PROBE_TASK: sweep.probe, "plasticity": sweep.analysis}
+    for path in sorted(result_files(root)):
         record, problem = read_record(path)
         problem = problem or record_problem(record)
         if problem:
             sweep.problems.append((str(path), problem))
-        elif record["task"] == "finetune":
-            sweep.finetune.append((path.parent, record))
-        elif record["task"] == "plasticity":
-            sweep.analysis.append((path.parent, record))
-    return sweep
+        elif record["task"] in tasks:
+            lists[record["task"]].append((path.parent, record))
 
 
 def _number(text: str, column: str, line: int) -> float:

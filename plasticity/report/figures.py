@@ -3,9 +3,11 @@
 Plasticity analysis: distribution per group and plasticity against depth (Fig. 3), bounds against
 depth (Fig. 6). Report: relative gain over linear probing (Fig. 2), average accuracy with the
 pooled standard error (Fig. 17), accuracy spread over learning rates and seeds (Figs. 4 and 18),
-gradient norm and validation loss curves (Fig. 4). Drawn on matplotlib ``Figure`` objects (no
-pyplot, no global backend state), coloured and labelled from :mod:`plasticity.components`, and
-written atomically as PNG by :func:`save`.
+gradient norm and validation loss curves (Fig. 4), and beyond the paper, accuracy against
+trainable parameters with the Pareto front (:func:`plot_pareto`). Drawn on matplotlib ``Figure``
+objects (no pyplot, no global backend state), coloured and labelled from
+:mod:`plasticity.components` (configurations beyond the paper by their kind), and written
+atomically as PNG by :func:`save`.
 """
 
 from __future__ import annotations
@@ -17,18 +19,38 @@ from typing import TYPE_CHECKING
 import numpy as np
 from matplotlib.figure import Figure
 
-from plasticity.components import GROUPS, color, label
-from plasticity.report.tables import AVERAGE, Cells, ordered_groups, pooled_se
+from plasticity.components import COLORS, GROUPS, color, label
+from plasticity.report.tables import AVERAGE, Cells, column_labels, ordered_groups, pooled_se, tag_strategy
 from plasticity.runs.io import atomic_path
 
 if TYPE_CHECKING:
     from plasticity.measure import RunningStats
 
-__all__ = ["plot_accuracy", "plot_bounds", "plot_curves", "plot_depth", "plot_distribution", "plot_relative_gain",
-           "plot_spread", "save"]
+__all__ = ["plot_accuracy", "plot_bounds", "plot_curves", "plot_depth", "plot_distribution", "plot_pareto",
+           "plot_relative_gain", "plot_spread", "save", "strategy_color"]
 
 BOUND_STYLES = {"prop1": "-", "prop2": "-", "prop3_rms": "-", "prop3_max": "--", "prop4": ":"}
 """Line style per bound (Prop. 3 at the largest token radius dashed, Prop. 4 dotted)."""
+
+
+KIND_STYLES = {
+    "group": ("o", "paper single group"),
+    "full": ("P", "full finetuning"),
+    "head": ("X", "SGD head"),
+    "combination": ("s", "combination"),
+    "lora": ("^", "LoRA"),
+    "auto": ("*", "auto (plasticity-chosen)"),
+    "probe": ("D", "linear probe (logistic regression)"),
+}
+"""Strategy -> (marker, legend name) of :func:`plot_pareto`; another strategy gets ``v`` and its name."""
+KIND_COLORS = {"combination": "tab:olive", "lora": "tab:pink", "auto": "goldenrod", "probe": "dimgray"}
+"""Colour of a configuration beyond the paper, by its kind."""
+
+
+def strategy_color(tag: str) -> str:
+    """The colour of a configuration: the paper's groups their own (:func:`plasticity.components.color`),
+    the others their kind's (:data:`KIND_COLORS`), black when unknown."""
+    return COLORS[tag] if tag in COLORS else KIND_COLORS.get(tag_strategy(tag), "k")
 
 
 def save(fig: Figure, path: str | Path) -> None:
@@ -124,8 +146,15 @@ def plot_relative_gain(gains: list[dict], path: str | Path) -> None:
         path: PNG file to write.
     """
     avg = [g for g in gains if g["dataset"] == AVERAGE]
+    labels = column_labels([g["group"] for g in avg] + [g["baseline"] for g in avg if g.get("baseline")])
     fig, ax = _bars("relative gain over linear probing (%)")
-    ax.bar([label(g["group"]) for g in avg], [g["gain_pct"] for g in avg], color=[color(g["group"]) for g in avg])
+    if len(avg) > 7:
+        fig.set_size_inches(0.6 * len(avg) + 1.5, 3)
+    ax.bar([labels[g["group"]] for g in avg], [g["gain_pct"] for g in avg],
+           color=[strategy_color(g["group"]) for g in avg])
+    ax.tick_params(axis="x", rotation=30)
+    for tick in ax.get_xticklabels():
+        tick.set_horizontalalignment("right")
     save(fig, path)
 
 
@@ -137,9 +166,12 @@ def plot_accuracy(rows: list[dict], path: str | Path) -> None:
         path: PNG file to write.
     """
     avg = [r for r in rows if r["dataset"] == AVERAGE]
+    labels = column_labels(r["group"] for r in avg)
     fig, ax = _bars("average top-1 test accuracy (%)")
-    ax.bar([label(r["group"]) for r in avg], [r["mean"] for r in avg],
-           yerr=[pooled_se(rows, r["group"]) for r in avg], capsize=4, color=[color(r["group"]) for r in avg])
+    if len(avg) > 7:
+        fig.set_size_inches(0.6 * len(avg) + 1.5, 3)
+    ax.bar([labels[r["group"]] for r in avg], [r["mean"] for r in avg],
+           yerr=[pooled_se(rows, r["group"]) for r in avg], capsize=4, color=[strategy_color(r["group"]) for r in avg])
     ax.set_ylim(max(0.0, min(r["mean"] for r in avg) - 5.0), None)
     ax.tick_params(axis="x", rotation=30)
     save(fig, path)
@@ -149,6 +181,7 @@ def plot_spread(cells: Cells, path: str | Path) -> None:
     """Box plot of the test accuracy over all learning rates and seeds per group, one panel per
     dataset (Figs. 4 left and 18)."""
     datasets = sorted({d for d, _, _ in cells})
+    labels = column_labels(g for _, g, _ in cells)
     ncols = min(4, len(datasets))
     nrows = math.ceil(len(datasets) / ncols)
     fig = Figure(figsize=(3.2 * ncols, 2.8 * nrows))
@@ -157,7 +190,7 @@ def plot_spread(cells: Cells, path: str | Path) -> None:
         groups = ordered_groups(g for d, g, _ in cells if d == dataset)
         data = [[100.0 * r["test_acc"] for (d, g, _), rs in cells.items() if (d, g) == (dataset, group) for r in rs]
                 for group in groups]
-        ax.boxplot(data, tick_labels=[label(g) for g in groups])
+        ax.boxplot(data, tick_labels=[labels[g] for g in groups])
         ax.set_title(dataset, fontsize=9)
         ax.tick_params(axis="x", labelsize=7, rotation=45)
         ax.grid(True, axis="y", alpha=0.3)
@@ -188,13 +221,56 @@ def plot_curves(curves: list[dict], dataset: str, path: str | Path) -> bool:
         for curve in curves:
             steps, values = curve[key]
             if len(steps):
-                name_lr = f"{label(curve['group'])} (lr {curve['lr']:g})"
-                ax.plot(steps, values, color=color(curve["group"]), label=name_lr)
+                name_lr = f"{curve.get('label', label(curve['group']))} (lr {curve['lr']:g})"
+                ax.plot(steps, values, color=strategy_color(curve["group"]), label=name_lr)
         ax.set(xlabel="step", ylabel=name, yscale=scale, title=f"{dataset}: {name}")
         ax.grid(True, alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
     if not any(ax.lines for ax in axes):
         return False
+    save(fig, path)
+    return True
+
+
+def plot_pareto(points: list[dict], dataset: str, path: str | Path) -> bool:
+    """Test accuracy of each configuration against its trainable parameters (log scale), markers by
+    strategy kind (:data:`KIND_STYLES`), the Pareto front as a step line, every point labelled.
+
+    Args:
+        points: :func:`plasticity.report.tables.strategies` rows of one dataset (``component``,
+            ``strategy``, ``label``, ``trainable_params``, ``mean``, ``std``, ``pareto``).
+        dataset: Named in the title.
+        path: PNG file to write.
+
+    Returns:
+        False, and nothing written, when no point has a positive parameter count.
+    """
+    shown = [p for p in points if isinstance(p.get("trainable_params"), (int, float)) and p["trainable_params"] > 0]
+    if not shown:
+        return False
+    fig = Figure(figsize=(7, 4.2))
+    ax = fig.add_subplot()
+    for kind in dict.fromkeys(p["strategy"] for p in shown):
+        marker, name = KIND_STYLES.get(kind, ("v", kind))
+        mine = [p for p in shown if p["strategy"] == kind]
+        ax.errorbar([p["trainable_params"] for p in mine], [p["mean"] for p in mine],
+                    yerr=[0.0 if math.isnan(p["std"]) else p["std"] for p in mine], fmt="none",
+                    ecolor="gray", elinewidth=0.8, alpha=0.6)
+        ax.scatter([p["trainable_params"] for p in mine], [p["mean"] for p in mine], marker=marker, s=55,
+                   c=[strategy_color(p["component"]) for p in mine], edgecolors="k", linewidths=0.5, label=name,
+                   zorder=3)
+    front = sorted((p["trainable_params"], p["mean"]) for p in shown if p.get("pareto"))
+    if front:
+        ax.step([x for x, _ in front], [y for _, y in front], where="post", color="k", lw=1.0, ls="--",
+                alpha=0.7, label="Pareto front", zorder=2)
+    for p in shown:
+        ax.annotate(p["label"], (p["trainable_params"], p["mean"]), textcoords="offset points", xytext=(4, 4),
+                    fontsize=7)
+    ax.set_xscale("log")
+    ax.set(xlabel="trainable parameters", ylabel="top-1 test accuracy (%)",
+           title=f"{dataset}: accuracy against trainable parameters")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     save(fig, path)
     return True

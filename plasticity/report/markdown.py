@@ -8,8 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from plasticity.components import label
-from plasticity.report.tables import AVERAGE, ordered_groups
+from plasticity.report.tables import AVERAGE, LINEAR_PROBE, PROBE, column_labels, linear_probe_baseline, ordered_groups
 
 PROBLEMS_HEADING = "## Problems (files that could not be used)"
 
@@ -26,10 +25,38 @@ def cell(text: Any) -> str:
 
 
 def fmt(value: Any) -> str:
-    """A value for a table: floats with 4 significant digits (NaN empty), the rest as text."""
+    """A value for a table: floats with 4 significant digits (NaN and None empty), the rest as text."""
+    if value is None:
+        return ""
     if isinstance(value, float):
         return "" if math.isnan(value) else f"{value:.4g}"
     return str(value)
+
+
+def fmt_params(n: float | None) -> str:
+    """A parameter count in 3 significant digits: ``28348416`` -> ``28.3M``, ``18432`` -> ``18.4K``,
+    ``100`` -> ``100``; None -> ``""``."""
+    if n is None:
+        return ""
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{suffix}"
+    return f"{n:.3g}" if isinstance(n, float) and not float(n).is_integer() else str(int(n))
+
+
+PROBE_NOTES = {
+    PROBE: "linear probing: logistic-regression probe (task=linear_probe)",
+    LINEAR_PROBE: "linear probing: SGD on the head (component=head); run task=linear_probe for the paper's baseline",
+    None: "linear probing: none in this sweep; run task=linear_probe for the paper's baseline (a logistic "
+          "regression on frozen features)",
+}
+"""What "linear probing" (the last Table 6 column and the relative gain's baseline) is, per
+:func:`~plasticity.report.tables.linear_probe_baseline`."""
+
+
+def probe_note(groups) -> str:
+    """The line saying which configuration stands for linear probing (:data:`PROBE_NOTES`)."""
+    return PROBE_NOTES[linear_probe_baseline(groups)]
 
 
 def rows_md(rows: list[dict], columns: list[str]) -> str:
@@ -38,9 +65,12 @@ def rows_md(rows: list[dict], columns: list[str]) -> str:
 
 
 def table6_md(rows: list[dict]) -> str:
-    """Datasets as rows, groups as columns, cells "mean ± std" (average row: mean only)."""
+    """Datasets as rows, configurations as columns headed by their label and trainable parameters
+    (the average row's median, e.g. "MHA (28.3M)"), cells "mean ± std" (average row: mean only)."""
     groups = ordered_groups(r["group"] for r in rows)
     by = {(r["dataset"], r["group"]): r for r in rows}
+    labels = column_labels(groups)
+    params = {r["group"]: r.get("params") for r in rows if r["dataset"] == AVERAGE}
     datasets = sorted({r["dataset"] for r in rows} - {AVERAGE}) + [AVERAGE]
     body = []
     for d in datasets:
@@ -49,7 +79,8 @@ def table6_md(rows: list[dict]) -> str:
             r = by.get((d, g))
             line.append("" if r is None else f"{r['mean']:.2f}" if d == AVERAGE else f"{r['mean']:.2f} ± {r['std']:.2f}")
         body.append(line)
-    return md_table(["dataset"] + [label(g) for g in groups], body)
+    header = [labels[g] + (f" ({fmt_params(params[g])})" if params.get(g) is not None else "") for g in groups]
+    return md_table(["dataset"] + header, body)
 
 
 def not_done_md(runs: list[tuple[Path, dict]]) -> str:

@@ -1,8 +1,9 @@
 """``python -m plasticity.report.summary``: the quickstart table, finetuning accuracy next to plasticity and its bound.
 
-For one dataset and model under ``--outputs``, one row per component group:
+For one dataset and model under ``--outputs``, one row per component group (then any other
+configuration of the sweep: combinations, LoRA, auto, the linear probe of ``task=linear_probe``):
 
-- trainable params, best val acc and test acc: the report's "best run" rule
+- trainable params (of the first seed at the chosen lr), best val acc and test acc: the report's "best run" rule
   (:func:`plasticity.report.tables.best_per_component`, Table 6 with ``select=val``): the learning
   rate with the best *mean* validation accuracy over seeds (ties: the smallest), and the means over
   seeds at that rate. Not the single run with the best validation accuracy.
@@ -53,10 +54,11 @@ def ranks(values: dict[str, float]) -> dict[str, int]:
 
 
 def best_runs(root: Path, dataset: str, model: str, problems: list[Problem]) -> dict[str, dict]:
-    """Per component, the report's best-run summary of ``<root>/finetune/<dataset>/<model>``."""
+    """Per component, the report's best-run summary of ``<root>/finetune/<dataset>/<model>`` (with the
+    linear probes of ``<root>/linear_probe/<dataset>/<model>``)."""
     sweep = collect(root / "finetune" / dataset / model)
     problems.extend(sweep.problems)
-    runs = [(d, r) for d, r in sweep.finetune if r["dataset"] == dataset]
+    runs = [(d, r) for d, r in sweep.finetune + sweep.probe if r["dataset"] == dataset]
     return best_per_component(done_cells(runs), dataset, "val")
 
 
@@ -89,7 +91,8 @@ def summary_table(root: Path, dataset: str, model: str, problems: list[Problem] 
     table = Table(title=f"{dataset} / {model}: finetuning and plasticity per group", caption=RULE)
     for column in COLUMNS:
         table.add_column(column, justify="left" if column == "component" else "right")
-    for c in (c for c in COMPONENTS if c in best or c in plasticity):
+    extra = [c for c in best if c not in COMPONENTS]  # combinations, LoRA, auto, the probe: after, in table order
+    for c in [c for c in COMPONENTS if c in best or c in plasticity] + extra:
         b = best.get(c, {})
         params = b["records"][0].get("trainable_params") if b else None
         table.add_row(c, _fmt(params, "{:,}"), _fmt(b.get("lr"), "{:g}"), _fmt(b.get("n_seeds"), "{}"),

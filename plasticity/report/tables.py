@@ -1,16 +1,24 @@
 """The paper's Section 5.2 tables and statistics as pure functions of run records (no file IO, no plots).
 
 Owns the "best run" rule shared by the report and the quickstart summary
-(:func:`best_per_component`): per dataset and component, the learning rate with the best mean
+(:func:`best_per_component`): per dataset and configuration, the learning rate with the best mean
 validation (``select="val"``) or test (``select="test"``, the paper's choice) accuracy over seeds,
 ties to the smallest rate, and the mean over seeds at that rate. Also Table 6, the relative gain
 over linear probing (Fig. 2), Table 1 (Wilcoxon over datasets), the pooled standard error
-(Fig. 17), missing runs, and plasticity against accuracy. Only ``done`` records enter the numbers.
+(Fig. 17), missing runs, plasticity against accuracy, and the strategies beyond the paper
+(accuracy against trainable parameters, the Pareto front). Only ``done`` records enter the numbers.
 Accuracies in records are fractions; tables give percent.
+
+A configuration is a record's ``component`` tag: a paper group (``ln1`` ... ``fc2``, ``emb``),
+``all``, ``head``, a combination (``mha+fc1``, a block subset ``mha_b8-11`` or ``fc1_b2.5``),
+an adapter (``mha_lora_r8``), ``auto``, or ``probe`` (the logistic-regression linear probe of
+``task=linear_probe``, which has no learning rate: its cell's ``lr`` is None). Its kind is the
+record's ``strategy`` (:func:`strategy_of`, derived from the tag for records written before it).
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
@@ -18,7 +26,7 @@ from typing import Any, Iterable
 import numpy as np
 from scipy import stats
 
-from plasticity.components import BASELINES, GROUPS, TABLE_ORDER
+from plasticity.components import BASELINES, GROUPS, TABLE_ORDER, label
 
 AVERAGE = "average"
 """The ``dataset`` of a table's mean-over-datasets rows."""
@@ -26,12 +34,25 @@ FULL, LINEAR_PROBE = BASELINES
 """Full finetuning (``all``) and linear probing (``head``), the baselines."""
 TABLE1_GROUPS = tuple(g for g in GROUPS if g != "mha") + (FULL,)
 """The groups Table 1 compares against MHA."""
-TABLE6_COLUMNS = ("dataset", "group", "lr", "mean", "std", "n_seeds")
+PROBE = "probe"
+"""The ``component`` (and ``strategy``) of the logistic-regression linear probe (``task=linear_probe``)."""
+TABLE6_COLUMNS = ("dataset", "group", "strategy", "label", "params", "lr", "mean", "std", "n_seeds")
 SELECT_KEYS = {"val": "best_val_acc", "test": "test_acc"}
 """``select`` -> the record field that picks the learning rate."""
+KINDS = ("group", "full", "head", "combination", "lora", "auto", PROBE)
+"""Strategies in table order: the paper's groups (and ``emb``), full finetuning, SGD on the head, then
+the configurations beyond the paper; an unknown strategy goes after ``auto``, the probe last."""
+PAPER_GROUPS = frozenset(TABLE_ORDER) | {"emb"}
+"""Tags of the paper's single configurations (labelled by :func:`plasticity.components.label`)."""
+ADAPTER_LABELS = {"lora": "LoRA"}
+STRATEGIES_COLUMNS = ("dataset", "component", "strategy", "label", "trainable_params", "lr", "mean", "std",
+                      "n_seeds", "pareto")
 
-Cells = dict[tuple[str, str, float], list[dict]]
-"""Done records per (dataset, group, lr), each with its ``run_dir``."""
+Cells = dict[tuple[str, str, float | None], list[dict]]
+"""Done records per (dataset, configuration, lr), each with its ``run_dir``; lr is None for the probe."""
+
+_BLOCKS = re.compile(r"^b\d+(-\d+|(\.\d+)*)$")
+_RANK = re.compile(r"^r\d+$")
 
 
 def flatten(record: dict, prefix: str = "") -> dict[str, Any]:
@@ -46,22 +67,147 @@ def flatten(record: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def ordered_groups(groups: Iterable[str]) -> list[str]:
-    """Groups in table order (:data:`~plasticity.components.TABLE_ORDER` first, others after,
-    alphabetically)."""
+def parse_tag(tag: str) -> dict | None:
+    """The parts of a configuration tag, or None when it is not one this module knows.
+
+    ``mha+fc1_b8-11_lora_r8`` -> ``{"groups": ["mha", "fc1"], "blocks": "b8-11", "adapter": "lora",
+    "rank": 8}`` (``blocks``, ``adapter`` and ``rank`` None when absent).
+    """
+    head, *rest = str(tag).split("_")
+    if not head or any(not g for g in head.split("+")):
+        return None
+    out = {"groups": head.split("+"), "blocks": None, "adapter": None, "rank": None}
+    if rest and _BLOCKS.match(rest[0]):
+        out["blocks"] = rest.pop(0)
+    if len(rest) == 2 and _RANK.match(rest[1]):
+        out["adapter"], out["rank"] = rest[0], int(rest[1][1:])
+    elif rest:
+        return None
+    return out
+
+
+def tag_strategy(tag: str) -> str:
+    """The strategy a configuration tag implies (for records written before ``strategy`` existed):
+    ``all`` -> ``full``, ``head`` -> ``head``, ``probe`` -> ``probe``, ``auto`` -> ``auto``, an
+    adapter suffix -> the adapter (``lora``), several groups or a block subset -> ``combination``,
+    one group -> ``group``."""
+    if tag in ("all", "head", PROBE):
+        return {"all": "full", "head": "head", PROBE: PROBE}[tag]
+    parts = parse_tag(tag)
+    if parts is None:
+        return "group"
+    if parts["adapter"]:
+        return parts["adapter"]
+    if parts["groups"] == ["auto"]:
+        return "auto"
+    return "combination" if len(parts["groups"]) > 1 or parts["blocks"] else "group"
+
+
+def strategy_of(record: dict) -> str:
+    """A record's ``strategy``, or for an old record without one, the strategy its ``component``
+    implies (:func:`tag_strategy`; a ``linear_probe`` record is ``probe``)."""
+    strategy = record.get("strategy")
+    if isinstance(strategy, str) and strategy:
+        return strategy
+    if record.get("task") == "linear_probe":
+        return PROBE
+    return tag_strategy(str(record.get("component")))
+
+
+def strategy_label(tag: str) -> str:
+    """How tables and figures name a configuration: the paper's groups by
+    :func:`plasticity.components.label` (``MHA``, ``full``), the others from their tag
+    (``mha+fc1_b8-11`` -> ``MHA+FC1 b8-11``, ``mha_lora_r8`` -> ``MHA LoRA r8``, ``probe`` ->
+    ``linear probe (logistic regression)``); an unknown tag as it is."""
+    if tag in PAPER_GROUPS:
+        return label(tag)
+    if tag == PROBE:
+        return "linear probe (logistic regression)"
+    parts = parse_tag(tag)
+    if parts is None:
+        return tag
+    text = "+".join(label(g) if g in PAPER_GROUPS else g for g in parts["groups"])
+    if parts["blocks"]:
+        text += f" {parts['blocks']}"
+    if parts["adapter"]:
+        text += f" {ADAPTER_LABELS.get(parts['adapter'], parts['adapter'])} r{parts['rank']}"
+    return text
+
+
+def linear_probe_baseline(groups: Iterable[str]) -> str | None:
+    """The configuration that stands for "linear probing": the logistic-regression probe
+    (``probe``) when the sweep has it, else SGD on the head (``head``), else None."""
     groups = set(groups)
-    return [g for g in TABLE_ORDER if g in groups] + sorted(groups - set(TABLE_ORDER))
+    return PROBE if PROBE in groups else LINEAR_PROBE if LINEAR_PROBE in groups else None
+
+
+def column_labels(groups: Iterable[str]) -> dict[str, str]:
+    """:func:`strategy_label` of each configuration, except that "linear probing" names the baseline
+    (:func:`linear_probe_baseline`) and, beside the probe, the head is "SGD head"."""
+    groups = list(groups)
+    labels = {g: strategy_label(g) for g in groups}
+    if linear_probe_baseline(groups) == PROBE:
+        labels[PROBE] = "linear probing"
+        if LINEAR_PROBE in labels:
+            labels[LINEAR_PROBE] = "SGD head"
+    return labels
+
+
+def _kind_rank(tag: str) -> int:
+    kind = tag_strategy(tag)
+    if kind == PROBE:
+        return len(KINDS) + 1
+    return KINDS.index(kind) if kind in KINDS else len(KINDS)
+
+
+def ordered_groups(groups: Iterable[str]) -> list[str]:
+    """Configurations in table order: :data:`~plasticity.components.TABLE_ORDER` first, then by kind
+    (other groups such as ``emb``, combinations, adapters, ``auto``, unknown kinds, the probe last),
+    alphabetically within a kind."""
+    groups = set(groups)
+    return [g for g in TABLE_ORDER if g in groups] + sorted(groups - set(TABLE_ORDER), key=lambda g: (_kind_rank(g), g))
+
+
+def lr_key(record: dict) -> float | None:
+    """A record's learning rate as a cell key: a float, or None (the probe has none)."""
+    return None if record.get("lr") is None else float(record["lr"])
+
+
+def _lr_order(lr: float | None) -> tuple[bool, float]:
+    return lr is not None, 0.0 if lr is None else lr
 
 
 def done_cells(runs: list[tuple[Path, dict]]) -> Cells:
-    """Done finetuning records grouped per (dataset, group, lr), sorted by seed."""
+    """Done records grouped per (dataset, configuration, lr), sorted by seed (lr None: the probe)."""
     cells: Cells = defaultdict(list)
     for run_dir, r in runs:
         if r.get("status") == "done":
-            cells[(r["dataset"], r["component"], float(r["lr"]))].append({**r, "run_dir": run_dir})
+            cells[(r["dataset"], r["component"], lr_key(r))].append({**r, "run_dir": run_dir})
     for records in cells.values():
         records.sort(key=lambda r: r.get("seed", 0))
     return dict(cells)
+
+
+def shared_seeds(cells: Cells) -> list[dict]:
+    """Cells where several done records share a seed (pooled as if they were seeds: e.g. two linear
+    probes on other features, or several models): dataset, group, lr and the repeated seeds."""
+    out = []
+    for (d, g, lr), records in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], _lr_order(kv[0][2]))):
+        seeds = [r.get("seed") for r in records]
+        repeated = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
+        if repeated:
+            out.append({"dataset": d, "group": g, "lr": lr, "seeds": repeated})
+    return out
+
+
+def median_params(records: Iterable[dict]) -> int | float | None:
+    """Median ``trainable_params`` of the records that have it (an int when whole), or None."""
+    values = [n for n in (r.get("trainable_params") for r in records)
+              if isinstance(n, (int, float)) and not isinstance(n, bool)]
+    if not values:
+        return None
+    median = float(np.median(values))
+    return int(median) if median.is_integer() else median
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -74,7 +220,9 @@ def choose_lr(cells: Cells, dataset: str, group: str, select: str) -> float:
     """The learning rate with the best mean validation (``val``) or test (``test``) accuracy over
     seeds; ties go to the smallest rate."""
     key = SELECT_KEYS[select]
-    lrs = sorted(lr for d, g, lr in cells if (d, g) == (dataset, group))
+    lrs = sorted((lr for d, g, lr in cells if (d, g) == (dataset, group)), key=_lr_order)
+    if len(lrs) == 1:  # nothing to choose (the probe's single cell)
+        return lrs[0]
     score = {lr: np.mean([r[key] for r in cells[(dataset, group, lr)]]) for lr in lrs}
     return max(lrs, key=lambda lr: score[lr])
 
@@ -92,23 +240,37 @@ def best_per_component(cells: Cells, dataset: str, select: str = "val") -> dict[
         lr = choose_lr(cells, dataset, group, select)
         records = cells[(dataset, group, lr)]
         best[group] = {"lr": lr, "records": records, "n_seeds": len(records),
-                       **{k: float(np.mean([r[k] for r in records])) for k in SELECT_KEYS.values()}}
+                       **{k: _mean(records, k) for k in SELECT_KEYS.values()}}
     return best
 
 
+def _mean(records: list[dict], key: str) -> float:
+    """Mean of ``key`` over records (NaN when a record lacks it: a probe without validation)."""
+    values = [r.get(key) for r in records]
+    return float(np.mean(values)) if all(isinstance(v, (int, float)) for v in values) else float("nan")
+
+
 def table6(cells: Cells, select: str = "val") -> list[dict]:
-    """Per dataset and group: chosen lr, mean and std of the test accuracy (%) over seeds, and the
-    test accuracies themselves (``accs``). Then one ``average`` row per group (mean of the means)."""
+    """Per dataset and configuration (each distinct ``component`` tag, :func:`ordered_groups`):
+    its ``strategy`` and ``label``, ``params`` (median ``trainable_params`` of its done records on
+    that dataset, any lr), the chosen lr (None for the probe), mean and std of the test accuracy
+    (%) over seeds, and the test accuracies themselves (``accs``). Then one ``average`` row per
+    configuration (mean of the means; ``params``: the median over every dataset's records)."""
     rows = []
+    labels = column_labels({g for _, g, _ in cells})
     for dataset in sorted({d for d, _, _ in cells}):
         for group, best in best_per_component(cells, dataset, select).items():
             accs = [100.0 * r["test_acc"] for r in best["records"]]
             mean, std = mean_std(accs)
-            rows.append({"dataset": dataset, "group": group, "lr": best["lr"], "mean": mean, "std": std,
-                         "n_seeds": len(accs), "accs": accs})
+            mine = [r for (d, g, _), rs in cells.items() if (d, g) == (dataset, group) for r in rs]
+            rows.append({"dataset": dataset, "group": group, "strategy": strategy_of(best["records"][0]),
+                         "label": labels[group], "params": median_params(mine), "lr": best["lr"], "mean": mean,
+                         "std": std, "n_seeds": len(accs), "accs": accs})
     for group in ordered_groups(r["group"] for r in rows):
-        means = [r["mean"] for r in rows if r["group"] == group]
-        rows.append({"dataset": AVERAGE, "group": group, "lr": None, "mean": float(np.mean(means)),
+        mine = [r for r in rows if r["group"] == group]
+        records = [r for (_, g, _), rs in cells.items() if g == group for r in rs]
+        rows.append({"dataset": AVERAGE, "group": group, "strategy": mine[0]["strategy"], "label": labels[group],
+                     "params": median_params(records), "lr": None, "mean": float(np.mean([r["mean"] for r in mine])),
                      "std": float("nan"), "n_seeds": None, "accs": []})
     return rows
 
@@ -123,18 +285,22 @@ def means_by(rows: list[dict]) -> dict[str, dict[str, float]]:
 
 
 def relative_gain(rows: list[dict]) -> list[dict]:
-    """100 * (acc_g - acc_head) / acc_head per dataset, and per group an ``average`` row over
-    datasets. Empty without linear probing (``head``) runs."""
+    """100 * (acc_g - acc_lp) / acc_lp per dataset, and per configuration an ``average`` row over
+    datasets, where lp is :func:`linear_probe_baseline`: the logistic-regression probe when the
+    sweep has probe records, else SGD on the head (the same baseline for every dataset; datasets
+    without it get no gain). Each row names its ``baseline``. Empty without either."""
     means = means_by(rows)
-    base = means.get(LINEAR_PROBE)
-    if not base:
+    baseline = linear_probe_baseline(means)
+    if baseline is None:
         return []
+    base = means[baseline]
     out = []
-    for group in ordered_groups(g for g in means if g != LINEAR_PROBE):
+    for group in ordered_groups(g for g in means if g != baseline):
         gains = {d: 100.0 * (acc - base[d]) / base[d] for d, acc in means[group].items() if d in base}
-        out += [{"dataset": d, "group": group, "gain_pct": v} for d, v in sorted(gains.items())]
+        out += [{"dataset": d, "group": group, "baseline": baseline, "gain_pct": v} for d, v in sorted(gains.items())]
         if gains:
-            out.append({"dataset": AVERAGE, "group": group, "gain_pct": float(np.mean(list(gains.values())))})
+            out.append({"dataset": AVERAGE, "group": group, "baseline": baseline,
+                        "gain_pct": float(np.mean(list(gains.values())))})
     return out
 
 
@@ -173,22 +339,29 @@ def pooled_se(rows: list[dict], group: str) -> float:
 
 def missing_runs(runs: list[tuple[Path, dict]]) -> list[dict]:
     """Every (dataset, group, lr) cell with fewer done seeds than the sweep has: the expected lrs of
-    a dataset are those any of its groups ran, the expected seeds those any run used."""
-    seeds = {r.get("seed") for _, r in runs}
-    lrs, groups, done = defaultdict(set), defaultdict(set), defaultdict(set)
+    a dataset are those any of its groups ran (none for a configuration without a learning rate,
+    the probe), the expected seeds those any run of the same task used."""
+    seeds, lrs, groups, done = defaultdict(set), defaultdict(set), defaultdict(set), defaultdict(set)
+    lrless, task_of = set(), {}
     for _, r in runs:
-        lrs[r["dataset"]].add(float(r["lr"]))
+        seeds[r.get("task")].add(r.get("seed"))
         groups[r["dataset"]].add(r["component"])
+        task_of[(r["dataset"], r["component"])] = r.get("task")
+        if lr_key(r) is None:
+            lrless.add((r["dataset"], r["component"]))
+        else:
+            lrs[r["dataset"]].add(lr_key(r))
         if r.get("status") == "done":
-            done[(r["dataset"], r["component"], float(r["lr"]))].add(r.get("seed"))
+            done[(r["dataset"], r["component"], lr_key(r))].add(r.get("seed"))
     out = []
-    for dataset in sorted(lrs):
+    for dataset in sorted(groups):
         for group in ordered_groups(groups[dataset]):
-            for lr in sorted(lrs[dataset]):
+            expected = seeds[task_of[(dataset, group)]]
+            for lr in [None] if (dataset, group) in lrless else sorted(lrs[dataset]):
                 have = done[(dataset, group, lr)]
-                if have != seeds:
+                if have != expected:
                     out.append({"dataset": dataset, "group": group, "lr": lr, "n_seeds": len(have),
-                                "missing_seeds": sorted(seeds - have, key=str)})
+                                "missing_seeds": sorted(expected - have, key=str)})
     return out
 
 
@@ -223,4 +396,27 @@ def plasticity_vs_accuracy(rows: list[dict], plasticity: dict[str, dict[str, flo
         res = stats.spearmanr([plast[g] for g in groups], [means[g][dataset] for g in groups])
         out.append({"dataset": dataset, "spearman_rho": float(res.statistic), "p_value": float(res.pvalue),
                     "n_groups": len(groups)})
+    return out
+
+
+def pareto_front(points: list[tuple[float | None, float]]) -> list[bool]:
+    """Which (trainable parameters, accuracy) points are on the Pareto front: a point is on it iff
+    no other point has accuracy >= and parameters <=, one of the two strictly. A point without a
+    parameter count is never on it (and dominates nothing)."""
+    known = [(p, a) for p, a in points if p is not None]
+    return [p is not None and not any(q <= p and b >= a and (q < p or b > a) for q, b in known)
+            for p, a in points]
+
+
+def strategies(rows: list[dict]) -> list[dict]:
+    """Per dataset, every configuration as a point of accuracy against trainable parameters:
+    :data:`STRATEGIES_COLUMNS` from the :func:`table6` rows (the chosen lr, the mean and std over
+    its seeds) and ``pareto`` (:func:`pareto_front` within the dataset)."""
+    out = []
+    for dataset in sorted({r["dataset"] for r in rows} - {AVERAGE}):
+        mine = [r for r in rows if r["dataset"] == dataset]
+        front = pareto_front([(r["params"], r["mean"]) for r in mine])
+        out += [{"dataset": dataset, "component": r["group"], "strategy": r["strategy"], "label": r["label"],
+                 "trainable_params": r["params"], "lr": r["lr"], "mean": r["mean"], "std": r["std"],
+                 "n_seeds": r["n_seeds"], "pareto": on} for r, on in zip(mine, front)]
     return out

@@ -1,14 +1,21 @@
 """``write_report``: the paper's Section 5.2 tables and figures from a sweep, written into one folder.
 
-Reads every finetuning ``result.json`` under the sweep directory and writes into ``<sweep>/report/``:
+Reads every finetuning and linear-probe ``result.json`` under the sweep directory (and the linear
+probes of the sibling ``linear_probe`` folder of a ``finetune`` sweep, see
+:func:`~plasticity.report.collect.probe_dir`) and writes into ``<sweep>/report/``:
 
 - ``runs.csv``: every usable record, flattened, whatever its status.
-- ``table6.csv`` / ``table6.md``: per dataset and group, the learning rate chosen by mean validation
-  (``select="val"``) or test (``select="test"``, the paper's choice) accuracy over seeds, and the
-  mean and sample std of the test accuracy (%) over seeds at that rate, plus an ``average`` row
-  (Table 6).
-- ``relative_gain.csv`` / ``.png``: improvement (%) over the linear probing (``head``) accuracy
-  (Fig. 2, right).
+- ``table6.csv`` / ``table6.md``: per dataset and configuration (each ``component`` tag: the
+  paper's groups, then combinations, LoRA, auto, the probe), its strategy, label and median
+  trainable parameters, the learning rate chosen by mean validation (``select="val"``) or test
+  (``select="test"``, the paper's choice) accuracy over seeds, and the mean and sample std of the
+  test accuracy (%) over seeds at that rate, plus an ``average`` row (Table 6). The linear probe has
+  no learning rate: its seeds are averaged.
+- ``relative_gain.csv`` / ``.png``: improvement (%) over linear probing (Fig. 2, right): the
+  logistic-regression probe (``task=linear_probe``) when the sweep has it, else SGD on the head;
+  report.md says which.
+- ``strategies.csv`` and ``pareto_<dataset>.png``: every configuration's accuracy against its
+  trainable parameters, with the Pareto front (beyond the paper).
 - ``table1.csv``: mean decrease from MHA to each other group and its Wilcoxon signed-rank p-value
   over datasets (Table 1).
 - ``accuracy.png`` (average accuracy with pooled standard error, Fig. 17), ``spread.png``
@@ -30,20 +37,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from plasticity.report import figures
 from plasticity.report.collect import Problem, Sweep, check_sweep_dir, collect, group_values, read_metrics
-from plasticity.report.markdown import problems_md, rows_md, table6_md
+from plasticity.report.markdown import fmt_params, probe_note, problems_md, rows_md, table6_md
 from plasticity.report.tables import (
     AVERAGE,
+    PROBE,
     SELECT_KEYS,
+    STRATEGIES_COLUMNS,
     TABLE6_COLUMNS,
     Cells,
     done_cells,
     flatten,
     group_plasticity,
     missing_runs,
+    parse_tag,
     plasticity_vs_accuracy,
     relative_gain,
+    shared_seeds,
+    strategies,
     table1,
     table6,
 )
@@ -65,7 +79,7 @@ class ReportResult:
 
     Attributes:
         path: The ``report.md`` file.
-        runs: Number of usable finetuning records (any status).
+        runs: Number of usable finetuning and linear-probe records (any status).
         done: How many of them are ``done`` (those enter the tables).
         problems: ``(path, reason)`` of every file that could not be used, as listed in report.md.
     """
@@ -76,36 +90,45 @@ class ReportResult:
     problems: list[Problem] = field(default_factory=list)
 
 
-def write_report(sweep_dir: str | Path, select: str = "val", out_dir: str | Path | None = None) -> ReportResult:
+def write_report(sweep_dir: str | Path, select: str = "val", out_dir: str | Path | None = None,
+                 optimizer: str | None = None) -> ReportResult:
     """Writes the Section 5.2 tables, figures and ``report.md`` for the finetuning runs under
     ``sweep_dir`` (see the module docstring).
 
     Args:
         sweep_dir: Directory searched recursively for ``result.json`` files (hidden folders skipped).
-        select: ``"val"`` picks each (dataset, group)'s learning rate by mean validation accuracy
-            over seeds; ``"test"`` by mean test accuracy (the paper's choice).
-        out_dir: Where to write; ``<sweep_dir>/report`` by default.
+        select: ``"val"`` picks each (dataset, configuration)'s learning rate by mean validation
+            accuracy over seeds; ``"test"`` by mean test accuracy (the paper's choice).
+        out_dir: Where to write; ``<sweep_dir>/report`` by default (``report_<optimizer>`` with
+            ``optimizer``).
+        optimizer: Only the finetuning runs of this optimizer (``sgd``, ``adamw``: the paper's grid
+            and its AdamW ablation share a sweep folder); linear probes are always kept.
 
     Returns:
         The path of ``report.md``, the run counts and the problems it lists.
 
     Raises:
-        ReportError: ``select`` is not ``val``/``test``, or ``sweep_dir`` is unset, missing, a
-            file, or holds no ``result.json`` (see :func:`check_sweep_dir`); nothing is written.
+        ReportError: ``select`` is not ``val``/``test``, ``sweep_dir`` is unset, missing, a file,
+            or holds no ``result.json`` (see :func:`check_sweep_dir`), or no finetuning run has
+            ``optimizer``; nothing is written.
     """
     _check(sweep_dir, select)
     sweep = collect(sweep_dir)
-    out = Path(out_dir) if out_dir is not None else sweep.root / "report"
+    if optimizer is not None:
+        _keep_optimizer(sweep, optimizer)
+    default = "report" if optimizer is None else f"report_{optimizer}"
+    out = Path(out_dir) if out_dir is not None else sweep.root / default
     problems = list(sweep.problems)
-    write_runs_csv(sweep.finetune, out / "runs.csv")
-    cells = done_cells(sweep.finetune)
-    body = warnings_md(sweep.finetune)
+    runs = sweep.finetune + sweep.probe
+    write_runs_csv(runs, out / "runs.csv")
+    cells = done_cells(runs)
+    body = warnings_md(sweep.finetune) + shared_seeds_md(cells)
     if cells:
         body += _write_results(cells, sweep.analysis, select, out, problems)
-    body.append(problems_md(sweep.finetune, missing_runs(sweep.finetune), problems))
-    done = sum(r.get("status") == "done" for _, r in sweep.finetune)
-    write_text_atomic(out / "report.md", "\n".join([header_md(sweep, done, select, problems)] + body))
-    return ReportResult(out / "report.md", len(sweep.finetune), done, problems)
+    body.append(problems_md(runs, missing_runs(runs), problems))
+    done = sum(r.get("status") == "done" for _, r in runs)
+    write_text_atomic(out / "report.md", "\n".join([header_md(sweep, done, select, problems, optimizer)] + body))
+    return ReportResult(out / "report.md", len(runs), done, problems)
 
 
 def _check(sweep_dir: str | Path | None, select: str) -> None:
@@ -117,6 +140,15 @@ def _check(sweep_dir: str | Path | None, select: str) -> None:
         raise ReportError(problem)
 
 
+def _keep_optimizer(sweep: Sweep, optimizer: str) -> None:
+    """Drops the finetuning runs of other optimizers; a ReportError when none is left."""
+    found = sorted({str(r.get("optimizer")) for _, r in sweep.finetune})
+    sweep.finetune = [(d, r) for d, r in sweep.finetune if r.get("optimizer") == optimizer]
+    if not sweep.finetune:
+        raise ReportError(f"optimizer={optimizer!r}: no finetuning run under {sweep.root} used it (found: "
+                          f"{', '.join(found) or 'none'}). Fix: one of those, or no optimizer filter.")
+
+
 def write_runs_csv(runs: list[tuple[Path, dict]], path: Path) -> None:
     """Every record, flattened (``params.mha``), identity columns first."""
     flat = [{"run_dir": str(d), **flatten(r)} for d, r in runs]
@@ -126,11 +158,15 @@ def write_runs_csv(runs: list[tuple[Path, dict]], path: Path) -> None:
     write_csv_atomic(path, flat, list(columns))
 
 
-def header_md(sweep: Sweep, done: int, select: str, problems: list[Problem]) -> str:
+def header_md(sweep: Sweep, done: int, select: str, problems: list[Problem], optimizer: str | None = None) -> str:
     """The title and the one-paragraph summary of the report."""
-    text = (f"# Finetuning report: {sweep.root}\n\n{len(sweep.finetune)} finetuning runs ({done} done); learning "
-            f"rate selected by mean {'validation' if select == 'val' else 'test'} accuracy over seeds. "
-            f"All runs: [runs.csv](runs.csv).\n")
+    probes = f" and {len(sweep.probe)} linear-probe records" if sweep.probe else ""
+    only = f" (optimizer {optimizer} only)" if optimizer else ""
+    text = (f"# Finetuning report: {sweep.root}\n\n{len(sweep.finetune)} finetuning runs{only}{probes} ({done} "
+            f"done); learning rate selected by mean {'validation' if select == 'val' else 'test'} accuracy over "
+            f"seeds. All runs: [runs.csv](runs.csv).\n")
+    if sweep.probe_dir is not None:
+        text += f"\nLinear probes read from {sweep.probe_dir}.\n"
     if problems:
         text += f"\n**{len(problems)} file(s) could not be used** and enter no table: see Problems at the end.\n"
     return text
@@ -142,8 +178,21 @@ def warnings_md(runs: list[tuple[Path, dict]]) -> list[str]:
     for key, what in (("model", "models"), ("optimizer", "optimizers")):
         values = sorted({str(r.get(key)) for _, r in runs})
         if len(values) > 1:
-            sections.append(f"**Warning:** several {what} are pooled in these tables: {', '.join(values)}.\n")
+            hint = (" Report one at a time: `python -m plasticity.report <sweep_dir> --optimizer NAME`."
+                    if key == "optimizer" else "")
+            sections.append(f"**Warning:** several {what} are pooled in these tables: {', '.join(values)}.{hint}\n")
     return sections
+
+
+def shared_seeds_md(cells: Cells) -> list[str]:
+    """A warning listing the cells where several records share a seed (they are averaged as seeds)."""
+    shared = shared_seeds(cells)
+    if not shared:
+        return []
+    rows = [{**c, "seeds": ", ".join(map(str, c["seeds"]))} for c in shared]
+    return ["**Warning:** several records share a seed in these cells (e.g. linear probes on other features, or "
+            "several models) and are averaged as if they were seeds:\n\n"
+            + rows_md(rows, ["dataset", "group", "lr", "seeds"])]
 
 
 def _write_results(cells: Cells, analysis: list[tuple[Path, dict]], select: str, out: Path,
@@ -151,7 +200,7 @@ def _write_results(cells: Cells, analysis: list[tuple[Path, dict]], select: str,
     """Writes the tables and figures of the done runs; returns their report sections. Files found
     corrupt on the way are appended to ``problems``."""
     rows = table6(cells, select)
-    sections = _table6(rows, out) + _relative_gain(rows, out) + _table1(rows, out)
+    sections = _table6(rows, out) + _relative_gain(rows, out) + _table1(rows, out) + _strategies(rows, out)
     sections += _figures(cells, rows, out, problems)
     plasticity = _plasticity(analysis, problems)
     return sections + _plasticity_vs_accuracy(rows, plasticity, out)
@@ -159,21 +208,48 @@ def _write_results(cells: Cells, analysis: list[tuple[Path, dict]], select: str,
 
 def _table6(rows: list[dict], out: Path) -> list[str]:
     write_csv_atomic(out / "table6.csv", rows, TABLE6_COLUMNS)
-    write_text_atomic(out / "table6.md", table6_md(rows))
-    chosen = [r for r in rows if r["dataset"] != AVERAGE]
-    return ["## Table 6: top-1 test accuracy (%), mean ± std over seeds\n\n" + table6_md(rows),
-            "Chosen learning rates:\n\n" + rows_md(chosen, ["dataset", "group", "lr", "n_seeds"])]
+    note = probe_note(r["group"] for r in rows)
+    write_text_atomic(out / "table6.md", table6_md(rows) + f"\n{note}\n")
+    chosen = [{**r, "params": fmt_params(r["params"])} for r in rows if r["dataset"] != AVERAGE]
+    return ["## Table 6: top-1 test accuracy (%), mean ± std over seeds\n\n" + table6_md(rows)
+            + "\nColumns: each configuration with its median trainable parameters; " + note + ".\n",
+            "Chosen learning rates (none for the linear probe: its seeds are averaged):\n\n"
+            + rows_md(chosen, ["dataset", "group", "strategy", "params", "lr", "n_seeds"])]
 
 
 def _relative_gain(rows: list[dict], out: Path) -> list[str]:
     gains = relative_gain(rows)
     if not gains:
         return []
-    write_csv_atomic(out / "relative_gain.csv", gains, ("dataset", "group", "gain_pct"))
+    write_csv_atomic(out / "relative_gain.csv", gains, ("dataset", "group", "baseline", "gain_pct"))
     figures.plot_relative_gain(gains, out / "relative_gain.png")
     avg = [g for g in gains if g["dataset"] == AVERAGE]
-    return ["## Relative gain over linear probing (%)\n\n" + rows_md(avg, ["group", "gain_pct"])
-            + "\n![relative gain](relative_gain.png)\n"]
+    baseline = gains[0]["baseline"]
+    lacking = sorted({r["dataset"] for r in rows if r["dataset"] != AVERAGE}
+                     - {r["dataset"] for r in rows if r["group"] == baseline})
+    text = f"## Relative gain over linear probing (%)\n\n{probe_note([baseline])}.\n"
+    if lacking:
+        text += f"\nNo {baseline} records, hence no gain, for: {', '.join(lacking)}.\n"
+    labels = {r["group"]: r["label"] for r in rows}
+    avg = [{**g, "label": labels.get(g["group"], g["group"])} for g in avg]
+    return [text + "\n" + rows_md(avg, ["group", "label", "gain_pct"]) + "\n![relative gain](relative_gain.png)\n"]
+
+
+def _strategies(rows: list[dict], out: Path) -> list[str]:
+    points = strategies(rows)
+    write_csv_atomic(out / "strategies.csv", points, STRATEGIES_COLUMNS)
+    shown = [{**p, "trainable_params": fmt_params(p["trainable_params"]), "pareto": "yes" if p["pareto"] else ""}
+             for p in points]
+    text = ("## Strategies: test accuracy against trainable parameters\n\nEvery configuration at its chosen "
+            "learning rate (mean ± std over seeds, %), against its trainable parameters; on the Pareto front when no "
+            "other has at least its accuracy with at most its parameters. All: [strategies.csv](strategies.csv).\n\n"
+            + rows_md(shown, ["dataset", "label", "strategy", "trainable_params", "lr", "mean", "std", "n_seeds",
+                              "pareto"]))
+    for dataset in sorted({p["dataset"] for p in points}):
+        name = f"pareto_{dataset.replace('/', '-')}.png"
+        if figures.plot_pareto([p for p in points if p["dataset"] == dataset], dataset, out / name):
+            text += f"\n![{dataset}: accuracy against trainable parameters]({name})\n"
+    return [text]
 
 
 def _table1(rows: list[dict], out: Path) -> list[str]:
@@ -200,14 +276,39 @@ def curves(cells: Cells, rows: list[dict], dataset: str, problems: list[Problem]
     """Per group of ``dataset``: gradient norm and validation loss of the first seed at the chosen
     learning rate (the input of :func:`figures.plot_curves`); corrupt metrics files go to ``problems``."""
     found = []
-    for row in (r for r in rows if r["dataset"] == dataset):
+    for row in (r for r in rows if r["dataset"] == dataset and r["group"] != PROBE):  # the probe logs no curves
         group = row["group"]
-        run_dir = cells[(dataset, group, row["lr"])][0]["run_dir"]
-        series, bad = read_metrics(run_dir, [f"grad_norm/{group}", "val/loss"])
+        record = cells[(dataset, group, row["lr"])][0]
+        columns = grad_columns(group, record)
+        series, bad = read_metrics(record["run_dir"], columns + ["val/loss"])
         problems.extend(p for p in bad if p not in problems)
-        found.append({"group": group, "lr": row["lr"], "grad_norm": series[f"grad_norm/{group}"],
-                      "val_loss": series["val/loss"]})
+        found.append({"group": group, "label": row["label"], "lr": row["lr"],
+                      "grad_norm": combined_grad_norm([series[c] for c in columns]), "val_loss": series["val/loss"]})
     return found
+
+
+def grad_columns(tag: str, record: dict) -> list[str]:
+    """The ``metrics.csv`` columns of a configuration's gradient norm: ``grad_norm/<tag>`` (a single
+    group), then one per trained group (a combination logs ``grad_norm/mha`` and ``grad_norm/fc1``;
+    ``auto`` the groups of its ``selected`` units, ``mha`` or ``fc1@3``)."""
+    parts = parse_tag(tag)
+    groups = parts["groups"] if parts else []
+    if groups == ["auto"]:
+        units = record.get("selected") or []
+        groups = [str(u[0] if isinstance(u, (list, tuple)) else u).split("@")[0] for u in units]
+    return list(dict.fromkeys([f"grad_norm/{tag}"] + [f"grad_norm/{g}" for g in groups]))
+
+
+def combined_grad_norm(series: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """The first series with points (``grad_norm/<tag>``) if it has any; else the per-group norms
+    combined as sqrt(sum of squares) when they were logged at the same steps; else empty."""
+    first, rest = series[0], series[1:]
+    if len(first[0]) or not rest:
+        return first
+    steps = rest[0][0]
+    if not len(steps) or any(len(s[0]) != len(steps) or not np.array_equal(s[0], steps) for s in rest):
+        return np.asarray([]), np.asarray([])
+    return steps, np.sqrt(sum(np.asarray(v, dtype=float) ** 2 for _, v in rest))
 
 
 def _plasticity(analysis: list[tuple[Path, dict]], problems: list[Problem]) -> dict[str, dict[str, float]]:

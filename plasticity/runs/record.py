@@ -29,7 +29,8 @@ FINISHED = ("done", "diverged")
 NOT_PROTOCOL = ("hydra", "paths", "logger", "callbacks", "sweep", "print_config", "threads", "matmul_precision",
                 "resume", "run_name", "sweep_dir")
 """Top-level config keys that do not change what a run computes: where it writes, how it reports."""
-NOT_PROTOCOL_SUBKEYS = ("trainer.enable_progress_bar", "dataset.num_workers", "dataset.download", "task.always_run")
+NOT_PROTOCOL_SUBKEYS = ("trainer.enable_progress_bar", "dataset.num_workers", "dataset.download", "task.always_run",
+                        "task.export_merged")
 
 
 def optimizer_name(target: str) -> str:

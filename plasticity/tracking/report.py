@@ -1,6 +1,6 @@
 """``task=report logger=wandb``: the report of a sweep as one W&B run.
 
-The run (job type ``report``) has Table 6, Table 1, the relative gain, plasticity against accuracy
+The run (job type ``report``) has Table 6, Table 1, the relative gain, the strategies, plasticity against accuracy
 and, when present, the claims as ``wandb.Table``s, every figure of the report as a ``wandb.Image``,
 and ``runs.csv`` as an artifact (type ``runs``). Its group is the sweep's: the ``<dataset>/<model>``
 group its runs share (the sweep directory's name when they span several), so W&B shows the report
@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 __all__ = ["TABLES", "log_report", "report_group"]
 
-TABLES = ("table6", "table1", "relative_gain", "plasticity_vs_accuracy", "claims")
+TABLES = ("table6", "table1", "relative_gain", "strategies", "plasticity_vs_accuracy", "claims")
 """The report's CSV files logged as tables (those that exist)."""
 
 

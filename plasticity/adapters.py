@@ -1,0 +1,405 @@
+"""LoRA on component groups: low-rank updates of a group's ``nn.Linear`` weights instead of the weights.
+
+``adapter=lora`` with ``component=mha`` trains a rank-``r`` update ``(alpha / r) * B @ A`` of every
+attention Linear (timm's fused ``attn.qkv``, so q, k and v share one update, and ``attn.proj``;
+EVA's split ``q_proj``/``k_proj``/``v_proj``), ``fc1`` of ``mlp.fc1`` (SwiGLU ``fc1_g``/``fc1_x``),
+``fc2`` of ``mlp.fc2``. The head (new, full) and, by ``component.train_final_norm``, the final norm
+train as without an adapter; the base weights stay frozen. ``ln1``, ``ln2``, ``emb``, ``all`` and
+``head`` have no Linear to adapt: :func:`check_adapter` reports them before compute.
+
+The injection is peft's ``inject_adapter_in_model``, which keeps the timm model (same class, same
+``forward``) and renames only the adapted Linears' parameters::
+
+    blocks.0.attn.qkv.weight -> blocks.0.attn.qkv.base_layer.weight   (frozen)
+                                blocks.0.attn.qkv.lora_A.default.weight  [r, in]   (trains)
+                                blocks.0.attn.qkv.lora_B.default.weight  [out, r]  (trains, starts at 0)
+
+Every such name still starts with ``blocks.<i>.attn.`` / ``blocks.<i>.mlp.fc1`` ..., so
+:func:`plasticity.components.classify` puts it in the same group and block. ``lora_B`` starts at
+zero: before training the adapted model computes exactly what the base model does.
+
+:func:`merged_state_dict` folds the updates into the base weights and returns a plain timm state
+dict (original names) that :func:`plasticity.models.create_model` loads as ``model.weights_file``.
+
+``import peft`` takes seconds (it imports transformers): it happens only inside the functions that
+inject or merge, never at import of this module.
+
+Example:
+    >>> net = create_model("vit_micro_patch7_28", 10, depth=2)                    # doctest: +SKIP
+    >>> net, selection = apply_lora(net, ["mha"], None, rank=8, alpha=16, dropout=0.0)  # doctest: +SKIP
+    >>> selection.counts["group"]   # 2 blocks x 8 x ((64 + 192) + (64 + 64))   # doctest: +SKIP
+    6144
+    >>> export_merged(net, "merged.safetensors")                               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from plasticity.components import COMPONENTS, Selection, classify, freeze, resolve, selection_of
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn as nn
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ADAPTERS", "ADAPTER_NAME", "LORA_GROUPS", "apply_lora", "check_adapter", "export_merged", "lora_names",
+    "lora_selection", "lora_targets", "merge_lora", "merged_state_dict", "target_modules",
+]
+
+ADAPTERS: tuple[str, ...] = ("none", "lora")
+"""Every value ``adapter.name`` accepts (``conf/adapter/<name>.yaml``)."""
+
+LORA_GROUPS: tuple[str, ...] = ("mha", "fc1", "fc2")
+"""The component groups that hold ``nn.Linear`` weights, the only ones LoRA can adapt."""
+
+ADAPTER_NAME = "default"
+"""peft's adapter name: the ``default`` in ``lora_A.default.weight``."""
+
+_LORA_PARAM = re.compile(r"\.lora_[AB]\.")
+_WHY_NOT = {"ln1": "a LayerNorm", "ln2": "a LayerNorm", "emb": "the patch embedding (a Conv2d) and tokens",
+            "all": "every parameter (full finetuning)", "head": "the head, which always trains in full"}
+
+
+# ------------------------------------------------------------------------------------ config
+
+
+def check_adapter(component_groups: str | Iterable[str], adapter_cfg: Mapping | None) -> list[str]:
+    """Every problem of an adapter config, one line each naming the key, the value, the choices and the fix.
+
+    Nothing is built or imported (no peft): it runs in config validation, before compute.
+
+    Args:
+        component_groups: ``component.name`` (``"mha"``, ``"mha+fc1"``) or the list of groups LoRA
+            would adapt. ``auto`` is left to the recipe's own check.
+        adapter_cfg: The ``adapter`` section (``name``, ``rank``, ``alpha``, ``dropout``), a dict or
+            a DictConfig; None, ``{}`` or ``name: none``: no adapter, no problem.
+
+    Returns:
+        The problem messages (empty when the config is good).
+    """
+    if adapter_cfg is None:
+        return []
+    name = _get(adapter_cfg, "name", "none")
+    if name in (None, "none"):
+        return []
+    if name not in ADAPTERS:
+        return [f"adapter.name={name!r} is not an adapter. Choices: {', '.join(ADAPTERS)}. "
+                f"Fix: adapter=lora (LoRA on the component's Linear weights) or adapter=none."]
+    problems = []
+    for group in _groups(component_groups):
+        if group in LORA_GROUPS or group == "auto":  # component=auto with an adapter: the recipe's check
+            continue
+        if group in COMPONENTS:
+            problems.append(
+                f"component={group!r} with adapter=lora: LoRA adapts nn.Linear weights and {group} is "
+                f"{_WHY_NOT.get(group, 'not a Linear')}. Choices with adapter=lora: {', '.join(LORA_GROUPS)}. "
+                f"Fix: component=mha (or fc1, fc2), or adapter=none to finetune {group} itself.")
+        else:
+            problems.append(f"component={group!r} is not a component group. Choices with adapter=lora: "
+                            f"{', '.join(LORA_GROUPS)}. Fix: component=mha (or fc1, fc2).")
+    rank = _get(adapter_cfg, "rank")
+    if not (_is_int(rank) and rank > 0):
+        problems.append(f"adapter.rank={rank!r} must be a positive integer (the rank r of each update B @ A). "
+                        f"Fix: e.g. adapter.rank=8.")
+    alpha = _get(adapter_cfg, "alpha")
+    if not (_is_number(alpha) and math.isfinite(alpha) and alpha > 0):
+        problems.append(f"adapter.alpha={alpha!r} must be a finite positive number (the update is scaled by "
+                        f"alpha / rank). Fix: e.g. adapter.alpha=16 (twice the rank).")
+    dropout = _get(adapter_cfg, "dropout", 0.0)
+    if not (_is_number(dropout) and 0 <= dropout < 1):
+        problems.append(f"adapter.dropout={dropout!r} must be a number in [0, 1) (dropout on the LoRA input). "
+                        f"Fix: adapter.dropout=0.0 (none) or e.g. 0.1.")
+    return problems
+
+
+def _check_blocks(blocks: Any, depth: int | None) -> list[str]:
+    """The blocks LoRA adapts (``component.blocks``): null or distinct indices below ``depth``."""
+    if blocks is None:
+        return []
+    fix = "Fix: component.blocks=null (every block) or a list of block indices, e.g. component.blocks=[0,1]."
+    try:
+        values = list(blocks)
+    except TypeError:
+        values = None
+    if values is None or not values or not all(_is_int(b) and b >= 0 for b in values):
+        return [f"component.blocks={blocks!r} must be null or a non-empty list of block indices (integers >= 0). {fix}"]
+    if len(set(values)) != len(values):
+        return [f"component.blocks={values!r} lists a block twice. {fix}"]
+    beyond = [b for b in values if depth is not None and b >= depth]
+    if beyond:
+        return [f"component.blocks={values!r}: the model has {depth} blocks (0 to {depth - 1}), so "
+                f"{', '.join(map(str, beyond))} do not exist. Fix: block indices below {depth}, or component.blocks=null."]
+    return []
+
+
+def _groups(groups: str | Iterable[str]) -> list[str]:
+    """``"mha"`` -> ``["mha"]``, ``"mha+fc1"`` -> ``["mha", "fc1"]``, a list as it is."""
+    return str(groups).split("+") if isinstance(groups, str) else [str(g) for g in groups]
+
+
+def _get(cfg: Mapping, key: str, default: Any = None) -> Any:
+    try:
+        return cfg.get(key, default)
+    except AttributeError:
+        return getattr(cfg, key, default)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _raise_if(problems: list[str]) -> None:
+    if problems:
+        from plasticity.validate import ConfigError
+
+        raise ConfigError(problems)
+
+
+# ----------------------------------------------------------------------------------- targets
+
+
+def target_modules(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable[int] | None = None) -> list[str]:
+    """Full names of the ``nn.Linear`` modules LoRA adapts: those whose parameters
+    :func:`~plasticity.components.classify` puts in one of ``groups`` and in one of ``blocks``.
+
+    Args:
+        model: A timm ViT-family model (plain, not yet adapted).
+        groups: Groups among :data:`LORA_GROUPS`.
+        blocks: Block indices; None: every block.
+
+    Raises:
+        ConfigError: a group without Linear weights, a block the model lacks, or nothing to adapt.
+    """
+    import torch.nn as nn
+
+    groups = _groups(groups)
+    blocks = None if blocks is None else list(blocks)
+    _raise_if(check_adapter(groups, {"name": "lora", "rank": 1, "alpha": 1}) + _check_blocks(blocks, _depth(model)))
+    wanted = set(groups)
+    names = []
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.Linear):
+            continue
+        group, block = classify(f"{name}.weight")
+        if group in wanted and block is not None and (blocks is None or block in blocks):
+            names.append(name)
+    if not names:
+        raise ValueError(f"no nn.Linear of {'+'.join(groups)} in blocks {blocks if blocks is not None else 'all'} of "
+                         f"{type(model).__name__}: nothing for LoRA to adapt. Fix: another component or adapter=none.")
+    return names
+
+
+def lora_targets(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable[int] | None = None) -> str:
+    """peft's ``target_modules``: one regex that ``re.fullmatch``es exactly :func:`target_modules`.
+
+    Compact where the blocks share their Linears (every ViT): ``blocks\\.\\d+\\.(attn\\.qkv|attn\\.proj)``
+    for every block, ``blocks\\.(0|1)\\.mlp\\.fc1`` for some; otherwise an alternation of the escaped
+    full names. Never matches ``patch_embed.proj`` (a Conv2d) or the head.
+
+    Args and raises: as :func:`target_modules`.
+    """
+    import torch.nn as nn
+
+    names = target_modules(model, groups, blocks)
+    pairs = [name.split(".", 2)[1:] for name in names]  # blocks.<i>.<suffix>
+    indices = sorted({int(i) for i, _ in pairs})
+    suffixes = list(dict.fromkeys(suffix for _, suffix in pairs))
+    every = blocks is None and indices == list(range(_depth(model) or 0))
+    index = r"\d+" if every else _alternation(map(str, indices))
+    regex = rf"blocks\.{index}\." + _alternation(re.escape(s) for s in suffixes)
+    linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if [n for n in linears if re.fullmatch(regex, n)] != names:  # blocks that differ: list them all
+        regex = _alternation(re.escape(n) for n in names)
+    return regex
+
+
+def _alternation(items: Iterable[str]) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else "(" + "|".join(items) + ")"
+
+
+def _depth(model: "nn.Module") -> int | None:
+    blocks = getattr(model, "blocks", None)
+    return len(blocks) if blocks is not None and hasattr(blocks, "__len__") else None
+
+
+# ------------------------------------------------------------------------------------ inject
+
+
+def apply_lora(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable[int] | None = None,
+               rank: int = 8, alpha: float = 16, dropout: float = 0.0,
+               train_final_norm: bool = True) -> tuple["nn.Module", Selection]:
+    """Injects LoRA into the Linears of ``groups`` (in ``blocks``) and freezes everything else.
+
+    In place: the returned model is ``model`` itself (still the timm class). Trainable afterwards:
+    every ``lora_A``/``lora_B`` weight, the head and (by ``train_final_norm``) the final norm.
+    ``lora_A`` is initialised from torch's global RNG (Kaiming uniform, as peft does), ``lora_B``
+    at zero, so the output is unchanged until the first step.
+
+    Attention that bypasses its ``qkv`` Linear's forward (BEiT/EVA with ``q_bias``: they call
+    ``F.linear(x, self.qkv.weight, ...)``, which would silently drop the update) is switched to
+    ``qkv_bias_separate=True``, the same function through ``self.qkv(x) + bias``.
+
+    Args:
+        model: A plain timm ViT-family model (head already reset to the task).
+        groups: Groups among :data:`LORA_GROUPS` (``"mha"``, ``"mha+fc1"`` or ``["mha", "fc1"]``).
+        blocks: Block indices; None: every block.
+        rank: ``r``; each adapted ``W [out, in]`` gets ``r * (in + out)`` trainable parameters.
+        alpha: The update is ``(alpha / rank) * B @ A``.
+        dropout: Dropout on the LoRA branch's input (0: none).
+        train_final_norm: Whether the final ``norm``/``fc_norm`` trains too.
+
+    Returns:
+        ``(model, selection)``; see :func:`lora_selection` for the selection's fields.
+
+    Raises:
+        ConfigError: bad rank/alpha/dropout, a group without Linear weights, a block the model lacks.
+    """
+    groups = _groups(groups)
+    blocks = None if blocks is None else list(blocks)
+    _raise_if(check_adapter(groups, {"name": "lora", "rank": rank, "alpha": alpha, "dropout": dropout})
+              + _check_blocks(blocks, _depth(model)))
+    if lora_names(model):
+        raise ValueError("the model already holds LoRA layers; apply_lora adapts a plain timm model once. "
+                         "Fix: build a fresh model (plasticity.models.create_model) and adapt that.")
+    regex = lora_targets(model, groups, blocks)
+    _route_qkv_through_forward(model, target_modules(model, groups, blocks))
+    from peft import LoraConfig, inject_adapter_in_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=regex, bias="none")
+    adapted = inject_adapter_in_model(config, model, adapter_name=ADAPTER_NAME)
+    if adapted is not model:  # peft 0.21 injects in place; the caller keeps its object
+        raise RuntimeError("peft's inject_adapter_in_model returned a new object; plasticity expects it in place.")
+    selection = lora_selection(model, "+".join(groups), train_final_norm, split=len(groups) > 1 or blocks is not None)
+    freeze(model, selection)
+    log.info("LoRA r=%d alpha=%g dropout=%g on %s (%s): %d trainable LoRA parameters",
+             rank, alpha, dropout, "+".join(groups), regex, selection.counts["group"])
+    return model, selection
+
+
+def lora_names(model: "nn.Module") -> tuple[str, ...]:
+    """Names of the LoRA parameters (``...lora_A.default.weight``, ``...lora_B.default.weight``)."""
+    return tuple(n for n, _ in model.named_parameters() if _LORA_PARAM.search(n))
+
+
+def lora_selection(model: "nn.Module", component: str, train_final_norm: bool = True,
+                   split: bool = False) -> Selection:
+    """The :class:`~plasticity.components.Selection` of an adapted model.
+
+    Fields: ``component`` the joined groups (``"mha"``, ``"mha+fc1"``); ``group`` the LoRA parameter
+    names (so ``counts["group"]`` is the LoRA parameter count); ``head`` and ``final_norm`` as
+    :func:`~plasticity.components.select` gives them; ``trainable`` the LoRA names, the head and
+    the final norm if ``train_final_norm``; ``blocks`` block -> its LoRA names; ``numel`` every
+    parameter (base weights included); ``parts``, with ``split``
+    (several groups or a block subset, as ``select`` does), each group -> its LoRA names, else None.
+    """
+    groups = resolve(model)  # classifies every name: raises on one no rule knows
+    chosen: dict[str, list[str]] = {}
+    for name in lora_names(model):
+        chosen.setdefault(classify(name)[0] if split else component, []).append(name)
+    return selection_of(model, component, {g: tuple(v) for g, v in chosen.items()}, groups, train_final_norm,
+                        single=not split)
+
+
+def _route_qkv_through_forward(model: "nn.Module", names: list[str]) -> None:
+    """BEiT/EVA attention with ``q_bias`` computes ``F.linear(x, self.qkv.weight, bias)``, skipping
+    the (adapted) module's forward; ``qkv_bias_separate=True`` makes it call ``self.qkv(x)``."""
+    for name in names:
+        parent_name, _, leaf = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        if leaf == "qkv" and getattr(parent, "q_bias", None) is not None and \
+                getattr(parent, "qkv_bias_separate", None) is False:
+            parent.qkv_bias_separate = True
+            parent._plasticity_qkv_bias_separate = False  # restored by merge_lora
+
+
+# ------------------------------------------------------------------------------------- merge
+
+
+def _lora_layers(model: "nn.Module") -> dict[str, "nn.Module"]:
+    from peft.tuners.lora import LoraLayer
+
+    return {name: m for name, m in model.named_modules() if isinstance(m, LoraLayer)}
+
+
+def merged_state_dict(model: "nn.Module") -> dict[str, "torch.Tensor"]:
+    """A plain timm state dict of an adapted model, each LoRA update folded into its base weight.
+
+    ``W + (alpha / r) * B @ A`` under the original name (``blocks.0.attn.qkv.weight``); no
+    ``base_layer`` or ``lora_`` key. The model is not changed. The head and every other tensor are
+    included as they are (copies, on the model's device). A model without LoRA gives its own state
+    dict.
+    """
+    import torch
+
+    if not lora_names(model):
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    layers = _lora_layers(model)
+    out: dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for key, value in model.state_dict().items():
+            prefix = next((p for p in layers if key.startswith(p + ".")), None)
+            if prefix is None:
+                out[key] = value.detach().clone()
+                continue
+            rest = key[len(prefix) + 1:]
+            if not rest.startswith("base_layer."):
+                continue  # lora_A / lora_B / other adapter state
+            name = f"{prefix}.{rest.removeprefix('base_layer.')}"
+            value = value.detach().clone()
+            layer = layers[prefix]
+            if rest == "base_layer.weight":
+                for adapter in layer.active_adapters:
+                    if adapter in layer.lora_A and adapter not in layer.merged_adapters:
+                        value += layer.get_delta_weight(adapter).to(value.dtype)
+            out[name] = value
+    return out
+
+
+def merge_lora(model: "nn.Module") -> "nn.Module":
+    """Folds every LoRA update into its base weight and puts the plain Linears back, in place.
+
+    Returns ``model`` (the same object), now a plain timm model whose parameter names are the
+    original ones. Raises ValueError when a merged weight is not finite (peft's ``safe_merge``).
+    """
+    for name, layer in _lora_layers(model).items():
+        layer.merge(safe_merge=True)
+        parent_name, _, leaf = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, leaf, layer.get_base_layer())
+    for module in model.modules():
+        if hasattr(module, "_plasticity_qkv_bias_separate"):
+            module.qkv_bias_separate = module._plasticity_qkv_bias_separate
+            del module._plasticity_qkv_bias_separate
+    if hasattr(model, "peft_config"):
+        del model.peft_config
+    return model
+
+
+def export_merged(model: "nn.Module", path: str | Path) -> Path:
+    """Writes :func:`merged_state_dict` as safetensors, atomically (a reader never sees half a file).
+
+    The file is a ``model.weights_file`` for :func:`plasticity.models.create_model` (which, as
+    for any pretrained file, resets the head). Returns the path.
+    """
+    from safetensors.torch import save_file
+
+    from plasticity.runs.io import atomic_path
+
+    path = Path(path)
+    state = {k: v.detach().contiguous().cpu() for k, v in merged_state_dict(model).items()}
+    with atomic_path(path) as tmp:
+        save_file(state, str(tmp))
+    return path

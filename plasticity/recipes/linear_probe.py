@@ -1,0 +1,319 @@
+"""``task=linear_probe``: the paper's linear-probing baseline (Table 6, last column).
+
+The frozen pretrained model turns the train, val and test splits (evaluation transform only:
+Resize + CenterCrop, normalised) into features once, in batches, on the device (bf16 autocast on
+CUDA, fp32 on the CPU). By default, as the official code: the last block's output (before the
+final norm), mean-pooled over every token, L2-normalised per sample and standardised with the
+train split's statistics (:mod:`plasticity.probe`). A multinomial logistic regression with
+scikit-learn's objective (``C`` = 1) is then fitted full batch by L-BFGS on the device, in float64.
+
+``task.select_c=true`` fits one model on train per ``C`` of ``task.c_grid`` and keeps the one with
+the best validation accuracy (ties: the smallest ``C``). That model, fitted on train only, is the
+one tested: it is not refitted on train + val, so its validation accuracy is an honest selection
+score and the test split stays unseen. The official code fits on train at ``C`` = 1 and never
+looks at validation.
+
+Writes ``probe.safetensors`` (``W (K, D)``, ``b (K,)``, the feature ``mean``/``std`` of the
+standardisation; metadata: C, features, pool) and returns the record's fields (``test_acc``,
+``best_val_acc``, ``trainable_params`` = ``D K + K``, ...).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig, ListConfig
+
+from plasticity.recipes import register
+from plasticity.recipes.base import RecipeBase, device
+from plasticity.validate import (
+    Problems,
+    check_dataset,
+    check_dataset_values,
+    check_model,
+    is_number,
+    positive_int,
+    positive_number,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from plasticity.data import ArraySet, Splits
+
+log = logging.getLogger(__name__)
+
+PROBE_FILE = "probe.safetensors"
+PRECISIONS = ("auto", "32-true", "bf16-mixed")
+DTYPES = ("float64", "float32")
+
+
+@register
+class LinearProbe(RecipeBase):
+    """Recipe of ``task=linear_probe``: features of the frozen model, then a logistic regression."""
+
+    name = "linear_probe"
+    sections = ("task", "model", "dataset", "seed")
+
+    @classmethod
+    def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
+        super().validate(cfg, p, local)
+        check_model(cfg, p)
+        check_dataset(cfg, p, cfg.dataset.name, trains=True)
+        check_dataset_values(cfg.dataset, p)
+        check_probe_task(cfg.task, p, local)
+
+    @classmethod
+    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
+        return {"task": cls.name, "dataset": cfg.dataset.name, "model": cfg.model.name, "component": "probe",
+                "optimizer": "lbfgs", "lr": None, "seed": cfg.seed}
+
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        super().__init__(cfg, run_dir)
+        self.device = device(cfg.task.device)
+
+    # ------------------------------------------------------------------------------- setup
+
+    def setup_net(self) -> "torch.nn.Module":
+        """The pretrained model, frozen, in eval mode on the device (its head is never used)."""
+        from plasticity.data.splits import expected_classes
+        from plasticity.models import create_model
+
+        model, data = self.cfg.model, self.cfg.dataset
+        net = create_model(model.name, expected_classes(data.name, data.get("num_classes")),
+                           pretrained=model.pretrained, weights_file=model.weights_file, **model.kwargs)
+        net.requires_grad_(False)
+        return net.to(self.device).eval()
+
+    def setup_splits(self, net: "torch.nn.Module") -> "Splits":
+        """The dataset's splits for the model's input side, ``dataset.limit`` applied to train.
+
+        An unprepared JPEG train split is decoded lazily through the evaluation transform, like
+        val and test (``task=prepare`` makes it fast).
+        """
+        from plasticity.data import ArraySet, DataSpec, FileSet, Splits, load_splits
+        from plasticity.models import image_size
+
+        spec = DataSpec.from_config(self.cfg, img_size=image_size(net))
+        spec.check()
+        splits = load_splits(spec)
+        if isinstance(splits.train, FileSet):
+            from plasticity.data.images import EvalImages
+
+            log.warning("%s: decoding the JPEG files of train one by one (no prepared arrays for img_size %d). "
+                        "Run `python launch.py task=prepare dataset=%s` once to make this fast.", spec.name,
+                        spec.img_size, spec.name)
+            train = ArraySet(EvalImages(splits.train, spec.img_size), splits.train.labels)
+            splits = Splits(train, splits.val, splits.test, splits.num_classes, splits.split_hash, splits.prepared)
+        return splits
+
+    def precision(self) -> str:
+        """``auto``: bf16-mixed on CUDA, fp32 elsewhere."""
+        value = str(self.cfg.task.precision)
+        if value == "auto":
+            return "bf16-mixed" if self.device.type == "cuda" else "32-true"
+        return value
+
+    def autocast(self):
+        from contextlib import nullcontext
+
+        import torch
+
+        if self.precision() == "bf16-mixed" and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return nullcontext()
+
+    # ------------------------------------------------------------------------------- features
+
+    def batches(self, arrays: "ArraySet", transform) -> "Any":
+        """Transformed model inputs of ``arrays`` on the device, in order, ``task.batch_size`` at a time."""
+        import numpy as np
+        import torch
+
+        size = self.cfg.task.batch_size
+        for start in range(0, len(arrays), size):
+            images = torch.from_numpy(np.ascontiguousarray(arrays.images[start:start + size])).permute(0, 3, 1, 2)
+            sizes = None if arrays.sizes is None else torch.from_numpy(np.asarray(arrays.sizes[start:start + size]))
+            yield transform(images.to(self.device, non_blocking=True), sizes)
+
+    def features(self, net: "torch.nn.Module", splits: "Splits") -> dict[str, "torch.Tensor"]:
+        """Raw (pooled, not yet normalised) features of each non-empty split, float32 on the device."""
+        from plasticity.data.augment import DeviceTransform
+        from plasticity.models import image_size
+        from plasticity.probe import extract_features
+
+        task, data = self.cfg.task, self.cfg.dataset
+        transform = DeviceTransform(image_size(net), data.mean, data.std, train=False).to(self.device)
+        out = {}
+        for name in ("train", "val", "test"):
+            arrays = getattr(splits, name)
+            if len(arrays) == 0:
+                continue
+            start = time.perf_counter()
+            with self.autocast():
+                out[name] = extract_features(net, self.batches(arrays, transform), task.features, task.pool)
+            log.info("features of %s: %d x %d in %.1f s", name, *out[name].shape, time.perf_counter() - start)
+        return out
+
+    # ------------------------------------------------------------------------------- fit
+
+    def fit(self, x: dict, y: dict, num_classes: int) -> dict[str, Any]:
+        """The regression at ``task.C``, or at the best ``C`` of ``task.c_grid`` on validation."""
+        import torch
+
+        from plasticity.probe import accuracy, fit_logreg, select_c
+
+        task = self.cfg.task
+        dtype = getattr(torch, task.dtype)
+        if task.select_c:
+            best, scores, fits = select_c(x["train"], y["train"], x["val"], y["val"], list(task.c_grid),
+                                          task.max_iter, task.tol, num_classes, dtype)
+            log.info("validation accuracy per C: %s; chosen C=%s",
+                     ", ".join(f"{c:g}: {100 * a:.2f}%" for c, a in scores.items()), best)
+            W, b, iterations = fits[best]
+            return {"C": best, "W": W, "b": b, "iterations": iterations,
+                    "c_grid_val_acc": {str(c): a for c, a in scores.items()}}
+        C = float(task.C)
+        W, b, iterations = fit_logreg(x["train"], y["train"], C, task.max_iter, task.tol, num_classes, dtype)
+        val = accuracy(x["val"], y["val"], W, b) if "val" in x else None
+        return {"C": C, "W": W, "b": b, "iterations": iterations, "val_acc": val}
+
+    def save(self, W: "torch.Tensor", b: "torch.Tensor", mean: "torch.Tensor", std: "torch.Tensor", C: float) -> None:
+        """``probe.safetensors``, atomically: W, b and the standardisation's mean and std."""
+        from safetensors.torch import save_file
+
+        from plasticity.runs.io import atomic_path
+
+        task = self.cfg.task
+        tensors = {"W": W, "b": b, "mean": mean, "std": std}
+        meta = {"C": repr(C), "features": str(task.features), "pool": str(task.pool), "normalise": "l2+standardise"}
+        with atomic_path(self.run_dir / PROBE_FILE) as tmp:
+            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=meta)
+
+    def run(self) -> dict[str, Any]:
+        """Features, standardisation, fit, test; returns the record's fields."""
+        import torch
+
+        from plasticity.probe import accuracy, grad_max, l2_standardise, loss
+
+        task = self.cfg.task
+        torch.manual_seed(self.cfg.seed)
+        net = self.setup_net()
+        splits = self.setup_splits(net)
+        start = time.perf_counter()
+        raw = self.features(net, splits)
+        feature_s = time.perf_counter() - start
+        if task.select_c and "val" not in raw:
+            raise ValueError(f"task.select_c=true needs a validation split, and dataset={self.cfg.dataset.name} has "
+                             f"none. Fix: task.select_c=false.")
+        names = list(raw)
+        standardised, mean, std = l2_standardise(*(raw[n] for n in names))
+        x = dict(zip(names, standardised))
+        y = {n: torch.as_tensor(getattr(splits, n).labels, dtype=torch.long, device=self.device) for n in names}
+        start = time.perf_counter()
+        fitted = self.fit(x, y, splits.num_classes)
+        fit_s = time.perf_counter() - start
+        W, b, C = fitted["W"], fitted["b"], fitted["C"]
+        self.save(W, b, mean, std, C)
+        gmax = grad_max(x["train"], y["train"], W, b, C)
+        if fitted["iterations"] >= task.max_iter:
+            log.warning("L-BFGS stopped at task.max_iter=%d before reaching task.tol=%g (largest gradient entry "
+                        "%.2e). Fix: raise task.max_iter.", task.max_iter, task.tol, gmax)
+        dim = int(W.shape[1])
+        val_acc = fitted["c_grid_val_acc"][str(C)] if task.select_c else fitted["val_acc"]
+        fields = {
+            "test_acc": accuracy(x["test"], y["test"], W, b),
+            "best_val_acc": val_acc,
+            "test_loss": loss(x["test"], y["test"], W, b),
+            "train_acc": accuracy(x["train"], y["train"], W, b),
+            "C": C,
+            "select_c": bool(task.select_c),
+            "feature_dim": dim,
+            "num_classes": splits.num_classes,
+            "features": str(task.features),
+            "pool": str(task.pool) if task.features == "block_output" else f"model:{net.global_pool}",
+            "strategy": "probe",
+            "trainable_params": dim * splits.num_classes + splits.num_classes,
+            "n_train": len(splits.train),
+            "n_val": len(splits.val),
+            "n_test": len(splits.test),
+            "iterations": fitted["iterations"],
+            "converged": fitted["iterations"] < task.max_iter,
+            "grad_max": gmax,
+            "precision": self.precision(),
+            "feature_s": round(feature_s, 2),
+            "fit_s": round(fit_s, 2),
+            "split_hash": splits.split_hash,
+            "probe_file": PROBE_FILE,
+        }
+        if task.select_c:
+            fields["c_grid_val_acc"] = fitted["c_grid_val_acc"]
+        log.info("linear probe: C=%g, %d L-BFGS iterations, train %.2f%%, test %.2f%%", C, fields["iterations"],
+                 100 * fields["train_acc"], 100 * fields["test_acc"])
+        self.log_wandb(fields)
+        return fields
+
+    def log_wandb(self, fields: dict[str, Any]) -> None:
+        """The result (and the C grid) to W&B when the job has ``logger=wandb``; a no-op otherwise."""
+        from plasticity.tracking.logger import log_analysis
+
+        grid = [{"C": float(c), "val_acc": a} for c, a in (fields.get("c_grid_val_acc") or {}).items()]
+        summary = {k: v for k, v in fields.items() if isinstance(v, (int, float, str, bool))}
+        log_analysis(self.cfg, self.identity(self.cfg), self.run_dir, tables={"c_grid": grid}, images={},
+                     summary=summary)
+
+
+# ----------------------------------------------------------------------------------- checks
+
+
+def check_probe_task(task: DictConfig, p: Problems, local: bool = True) -> None:
+    """Every ``task.*`` value of the probe: choices, positive numbers, the grid, the device."""
+    from plasticity.probe import FEATURES, POOLS
+
+    p.require(task.get("features") in FEATURES,
+              f"task.features={task.get('features')!r}; choices: {', '.join(FEATURES)}. "
+              f"Fix: task.features=block_output (the last block's output, as the official code).")
+    p.require(task.get("pool") in POOLS,
+              f"task.pool={task.get('pool')!r}; choices: {', '.join(POOLS)}. "
+              f"Fix: task.pool=mean (every token, as the official code) or task.pool=cls.")
+    positive_number(p, "task.C", task.get("C"), "1.0")
+    p.require(isinstance(task.get("select_c"), bool),
+              f"task.select_c={task.get('select_c')!r} must be true or false. Fix: task.select_c=true to choose C "
+              f"on validation accuracy over task.c_grid.")
+    check_grid(task.get("c_grid"), p)
+    positive_int(p, "task.max_iter", task.get("max_iter"), " Fix: e.g. task.max_iter=5000.")
+    positive_number(p, "task.tol", task.get("tol"), "1e-4")
+    positive_int(p, "task.batch_size", task.get("batch_size"), " Fix: e.g. task.batch_size=256.")
+    p.require(task.get("precision") in PRECISIONS,
+              f"task.precision={task.get('precision')!r}; choices: {', '.join(PRECISIONS)}. "
+              f"Fix: task.precision=auto (bf16-mixed on CUDA, 32-true on the CPU).")
+    p.require(task.get("dtype") in DTYPES,
+              f"task.dtype={task.get('dtype')!r}; choices: {', '.join(DTYPES)}. "
+              f"Fix: task.dtype=float64 (the regression's dtype; matches sklearn).")
+    check_device(task.get("device"), p, local)
+
+
+def check_grid(grid: Any, p: Problems) -> None:
+    values = list(grid) if isinstance(grid, (ListConfig, list, tuple)) else None
+    ok = bool(values) and all(is_number(v) and math.isfinite(v) and v > 0 for v in values)
+    p.require(ok, f"task.c_grid={grid!r} must be a non-empty list of finite positive numbers. "
+                  f"Fix: e.g. task.c_grid=[1e-3,1e-2,1e-1,1,10,100].")
+
+
+def check_device(value: Any, p: Problems, local: bool) -> None:
+    """``auto``, ``cpu``, ``cuda`` or ``cuda:<i>``; CUDA must exist when the job runs here."""
+    name = str(value)
+    ok = name in ("auto", "cpu", "cuda") or (name.startswith("cuda:") and name[5:].isdigit())
+    if not p.require(ok, f"task.device={value!r}; choices: auto, cpu, cuda, cuda:<index>. "
+                         f"Fix: task.device=auto (CUDA when available, else the CPU)."):
+        return
+    if local and name.startswith("cuda"):
+        import torch
+
+        p.require(torch.cuda.is_available(),
+                  f"task.device={name!r} needs CUDA, and this machine has no CUDA device. "
+                  f"Fix: task.device=auto or task.device=cpu here, or run on a GPU node (hydra/launcher=slurm).")
