@@ -1,5 +1,6 @@
 """launch.py end to end: single runs, multiruns, records, skipping, bad input, failures, divergence."""
 
+import csv
 import json
 import os
 import subprocess
@@ -83,13 +84,15 @@ def test_multirun_grid_then_relaunch_skips_everything(tmp_path, data_dir):
     assert mtimes == {k: (run_dir(tmp_path, *k) / "result.json").stat().st_mtime_ns for k in records}
     report = launch(tmp_path, data_dir, "task=report", "sweep_dir=outputs/finetune", base=[])
     assert report.returncode == 0, report.stderr[-3000:]
-    table6 = (tmp_path / "outputs" / "finetune" / "report" / "table6.csv").read_text().splitlines()
-    assert table6[0] == "dataset,group,strategy,label,params,lr,mean,std,n_seeds"
-    chosen = {row.split(",")[1]: row.split(",") for row in table6[1:] if row.startswith("fashion_mnist,")}
+    with open(tmp_path / "outputs" / "finetune" / "report" / "table6.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["dataset", "group", "strategy", "label", "params", "lr", "mean", "std", "n_seeds"]
+    chosen = {row["group"]: row for row in rows if row["dataset"] == "fashion_mnist"}
     for group in ("ln1", "fc1"):  # the lr with the better validation accuracy, its test accuracy in %
         best = max((records[(group, lr)] for lr in (0.01, 0.1)), key=lambda r: r["best_val_acc"])
-        assert float(chosen[group][2]) == best["lr"]
-        assert float(chosen[group][3]) == pytest.approx(100 * best["test_acc"])
+        assert float(chosen[group]["lr"]) == best["lr"]
+        assert float(chosen[group]["mean"]) == pytest.approx(100 * best["test_acc"])
+        assert int(float(chosen[group]["params"])) == best["trainable_params"] and chosen[group]["strategy"] == "group"
 
 
 def test_wandb_multirun_gives_one_offline_run_per_job(tmp_path, data_dir):
