@@ -1,5 +1,5 @@
 # make run   set up everything, then run the offline quickstart (pretrain, 7-group finetuning sweep,
-#            plasticity, bounds, summary table, report)
+#            auto, LoRA on MHA, the linear probe, plasticity, bounds, summary table, report)
 # make test  set up everything, then run the test suite
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -47,6 +47,9 @@ $(FMNIST_SRC)/%.gz:
 run: setup data
 	$(PY) launch.py experiment=quickstart_pretrain
 	$(PY) launch.py -m experiment=quickstart
+	$(PY) launch.py experiment=quickstart component=auto component.auto.reference=fashion_mnist print_config=false
+	$(PY) launch.py experiment=quickstart component=mha adapter=lora print_config=false
+	$(PY) launch.py experiment=quickstart task=linear_probe print_config=false
 	$(PY) launch.py experiment=quickstart_plasticity
 	$(PY) launch.py experiment=quickstart_bounds
 	$(PY) -m plasticity.report.summary --outputs outputs
