@@ -281,6 +281,33 @@ def component_tag(name: str, blocks=None, adapter=None, budget=None) -> str:
     return tag
 
 
+_BLOCKS_TAG = re.compile(r"^b\d+(-\d+|(\.\d+)*)$")
+_RANK_TAG = re.compile(r"^r\d+$")
+_BUDGET_TAG = re.compile(r"^budget(?P<budget>\d+(\.\d*)?(e-?\d+)?)$")
+
+
+def parse_tag(tag: str) -> dict | None:
+    """The parts of a :func:`component_tag`, or None when it is not one.
+
+    ``mha+fc1_b8-11_lora_r8`` -> ``{"groups": ["mha", "fc1"], "blocks": "b8-11", "adapter": "lora",
+    "rank": 8, "budget": None}``; ``auto_budget0.05`` -> ``budget`` 0.05 (the parts None when absent).
+    """
+    head, *rest = str(tag).split("_")
+    if not head or any(not g for g in head.split("+")):
+        return None
+    out = {"groups": head.split("+"), "blocks": None, "adapter": None, "rank": None, "budget": None}
+    if head == AUTO and len(rest) == 1 and (match := _BUDGET_TAG.match(rest[0])):
+        out["budget"] = float(match["budget"])
+        return out
+    if rest and _BLOCKS_TAG.match(rest[0]):
+        out["blocks"] = rest.pop(0)
+    if len(rest) == 2 and _RANK_TAG.match(rest[1]):
+        out["adapter"], out["rank"] = rest[0], int(rest[1][1:])
+    elif rest:
+        return None
+    return out
+
+
 def strategy_of(name: str, blocks=None, adapter=None) -> str:
     """The kind of configuration: ``group``, ``combination``, ``lora``, ``auto``, ``full`` or ``head``."""
     if has_adapter(adapter):
@@ -311,9 +338,8 @@ def select(model: "nn.Module", component: str, train_final_norm: bool = True, bl
                           single=True)
     if component == AUTO:
         raise ValueError("component=auto is resolved by plasticity.auto.choose, not by select().")
-    keep = set(blocks) if blocks else None
-    chosen = {g: tuple(n for n in groups[g] if keep is None or classify(n)[1] in keep or classify(n)[1] is None)
-              for g in parts}
+    keep = set(blocks) | {None} if blocks else None  # None: outside the blocks (emb), kept whole
+    chosen = {g: tuple(n for n in groups[g] if keep is None or classify(n)[1] in keep) for g in parts}
     final = train_final_norm and component != "head"
     return selection_of(model, component, chosen, groups, final, single=len(parts) == 1 and not blocks)
 
@@ -325,7 +351,8 @@ def select_units(model: "nn.Module", units: Iterable[tuple[str, int | None]], tr
     chosen: dict[str, list[str]] = {}
     for group, block in units:
         chosen.setdefault(group, []).extend(n for n in groups[group] if block is None or classify(n)[1] == block)
-    ordered = {g: tuple(n for n in groups[g] if n in set(chosen[g])) for g in COMBINABLE if g in chosen}
+    picked = {g: set(names) for g, names in chosen.items()}
+    ordered = {g: tuple(n for n in groups[g] if n in picked[g]) for g in COMBINABLE if g in picked}
     return selection_of(model, component, ordered, groups, train_final_norm, single=False)
 
 

@@ -205,7 +205,9 @@ def finish_wandb(record: dict[str, Any], cfg: DictConfig) -> None:
     of a multirun starts its own (:func:`plasticity.tracking.logger.finish`)."""
     import sys
 
-    if "wandb" in sys.modules or (cfg.get("logger") or {}).get("wandb"):
+    from plasticity.tracking import wandb_enabled
+
+    if "wandb" in sys.modules or wandb_enabled(cfg):
         from plasticity.tracking.logger import finish
 
         finish(record, cfg)

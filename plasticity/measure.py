@@ -198,6 +198,27 @@ def pair_indices(n_ref: int, n_down: int, n_pairs: int, pairing: str, seed: int 
     return rng.integers(0, n_ref, n_pairs), rng.integers(0, n_down, n_pairs)
 
 
+def pair_batches(ref: np.ndarray, down: np.ndarray, indices: tuple[np.ndarray, np.ndarray], batch_size: int,
+                 transform: Callable[[torch.Tensor], torch.Tensor],
+                 device: torch.device | str = "cpu") -> Iterator[torch.Tensor]:
+    """Batches of 2B transformed images on ``device``: B reference images, then their B downstream
+    partners, as :func:`measure` takes them.
+
+    Args:
+        ref: Reference uint8 images ``(N, H, W, C)``.
+        down: Downstream uint8 images ``(M, H', W', C')``.
+        indices: :func:`pair_indices` of the pairs.
+        batch_size: Pairs per batch.
+        transform: Applied to each half on the device (the two sets may differ in size and channels).
+        device: Where the images go.
+    """
+    ri, di = indices
+    for start in range(0, len(ri), batch_size):
+        stop = start + batch_size
+        halves = (torch.from_numpy(images[i[start:stop]]).permute(0, 3, 1, 2) for images, i in ((ref, ri), (down, di)))
+        yield torch.cat([transform(h.to(device, non_blocking=True)) for h in halves])
+
+
 def distinct_pairs(n_ref: int, n_down: int, n_pairs: int, pairing: str, seed: int = 0) -> int:
     """How many distinct (reference index, downstream index) pairs :func:`pair_indices` draws.
 

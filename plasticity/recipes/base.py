@@ -110,17 +110,11 @@ class AnalysisRecipe(RecipeBase):
 
     def pairs(self, net: "torch.nn.Module", ref: "ArraySet", down: "ArraySet") -> Iterator["torch.Tensor"]:
         """Batches of 2B transformed images on the device: B reference images, then B downstream."""
-        import torch
-
         from plasticity.data.augment import DeviceTransform
-        from plasticity.measure import pair_indices
+        from plasticity.measure import pair_batches, pair_indices
         from plasticity.models import image_size
 
         task, data = self.cfg.task, self.cfg.dataset
-        ri, di = pair_indices(len(ref), len(down), task.n_pairs, task.pairing, task.pairing_seed)
+        indices = pair_indices(len(ref), len(down), task.n_pairs, task.pairing, task.pairing_seed)
         transform = DeviceTransform(image_size(net), data.mean, data.std, train=False).to(self.device)
-        for start in range(0, task.n_pairs, task.batch_size):
-            stop = start + task.batch_size
-            x = torch.from_numpy(ref.images[ri[start:stop]]).permute(0, 3, 1, 2)
-            y = torch.from_numpy(down.images[di[start:stop]]).permute(0, 3, 1, 2)
-            yield torch.cat([transform(t.to(self.device, non_blocking=True)) for t in (x, y)])
+        return pair_batches(ref.images, down.images, indices, task.batch_size, transform, self.device)

@@ -38,6 +38,7 @@ from plasticity.validate import (
     check_model,
     check_trainer,
     is_int,
+    is_number,
     positive_int,
     positive_number,
 )
@@ -154,30 +155,20 @@ class Finetune(RecipeBase):
     def auto_selection(self, net: "torch.nn.Module", datamodule: "DataModule") -> "Selection":
         """``component=auto``: measures every (group, block) of the pretrained model on (reference
         test, target train) pairs and selects what :func:`plasticity.auto.choose` picks."""
-        import torch
-
         from plasticity.auto import choose, measure_units, unit_name
         from plasticity.components import select_units
         from plasticity.data import load_splits
         from plasticity.data.augment import DeviceTransform
-        from plasticity.measure import pair_indices
+        from plasticity.measure import pair_batches, pair_indices
         from plasticity.models import image_size
 
         auto, data = self.cfg.component.auto, self.cfg.dataset
         started = time.perf_counter()
         ref = load_splits(datamodule.spec.replace(name=auto.reference, limit=None, num_classes=None)).test
         target = datamodule.splits.train
-        ri, ti = pair_indices(len(ref), len(target), auto.n_pairs, "sequential")
+        indices = pair_indices(len(ref), len(target), auto.n_pairs, "sequential")
         transform = DeviceTransform(image_size(net), data.mean, data.std, train=False)
-
-        def batches():
-            for start in range(0, auto.n_pairs, auto.batch_size):
-                stop = start + auto.batch_size
-                halves = (torch.from_numpy(a.images[i[start:stop]]).permute(0, 3, 1, 2) for a, i in
-                          ((ref, ri), (target, ti)))
-                yield torch.cat([transform(h) for h in halves])
-
-        table = measure_units(net, batches())
+        table = measure_units(net, pair_batches(ref.images, target.images, indices, auto.batch_size, transform))
         total = sum(p.numel() for p in net.parameters())
         units = choose(table, auto.budget, total)
         self.auto_record = {"selected": [unit_name(u) for u in units], "auto_table": table,
@@ -408,16 +399,14 @@ def check_strategy(cfg: DictConfig, p: Problems) -> None:
     if not p.call(check_component, component.name):
         return
     parts = parse_component(component.name)
-    if p.call(check_blocks, component.get("blocks")) and component.get("blocks") is not None:
-        p.call(check_blocks, component.blocks, model_depth(cfg))
+    blocks = component.get("blocks")
+    p.call(check_blocks, blocks, model_depth(cfg) if blocks is not None else None)
     scale = component.get("lr_scale") or {}
     for group, value in scale.items():
         p.require(group in parts, f"component.lr_scale has {group!r}, which is not trained by "
                                   f"component.name={component.name!r} (groups: {', '.join(parts)}). "
                                   f"Fix: component.lr_scale={{{parts[0]}: 10}} or drop the key.")
-        p.require(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
-                  f"component.lr_scale.{group}={value!r} must be a positive multiplier. Fix: e.g. "
-                  f"component.lr_scale.{group}=10.")
+        positive_number(p, f"component.lr_scale.{group}", value, "10")
     if component.name == AUTO:
         check_auto(cfg, p)
     adapter = _adapter(cfg)
@@ -453,7 +442,7 @@ def check_auto(cfg: DictConfig, p: Problems) -> None:
     positive_int(p, "component.auto.n_pairs", auto.get("n_pairs"))
     positive_int(p, "component.auto.batch_size", auto.get("batch_size"))
     budget = auto.get("budget")
-    p.require(budget is None or (isinstance(budget, (int, float)) and not isinstance(budget, bool) and 0 < budget <= 1),
+    p.require(budget is None or (is_number(budget) and 0 < budget <= 1),
               f"component.auto.budget={budget!r} must be null (the most plastic whole group) or a fraction of the "
               f"model's parameters in (0, 1]. Fix: e.g. component.auto.budget=0.05.")
     p.require(cfg.component.get("blocks") is None,

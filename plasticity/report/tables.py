@@ -18,7 +18,6 @@ record's ``strategy`` (:func:`strategy_of`, derived from the tag for records wri
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable
@@ -26,7 +25,8 @@ from typing import Any, Iterable
 import numpy as np
 from scipy import stats
 
-from plasticity.components import BASELINES, GROUPS, TABLE_ORDER, label
+from plasticity.components import BASELINES, GROUPS, TABLE_ORDER, label, parse_tag
+from plasticity.components import strategy_of as component_strategy
 
 AVERAGE = "average"
 """The ``dataset`` of a table's mean-over-datasets rows."""
@@ -51,8 +51,6 @@ STRATEGIES_COLUMNS = ("dataset", "component", "strategy", "label", "trainable_pa
 Cells = dict[tuple[str, str, float | None], list[dict]]
 """Done records per (dataset, configuration, lr), each with its ``run_dir``; lr is None for the probe."""
 
-_BLOCKS = re.compile(r"^b\d+(-\d+|(\.\d+)*)$")
-_RANK = re.compile(r"^r\d+$")
 
 
 def flatten(record: dict, prefix: str = "") -> dict[str, Any]:
@@ -67,40 +65,18 @@ def flatten(record: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def parse_tag(tag: str) -> dict | None:
-    """The parts of a configuration tag, or None when it is not one this module knows.
-
-    ``mha+fc1_b8-11_lora_r8`` -> ``{"groups": ["mha", "fc1"], "blocks": "b8-11", "adapter": "lora",
-    "rank": 8}`` (``blocks``, ``adapter`` and ``rank`` None when absent).
-    """
-    head, *rest = str(tag).split("_")
-    if not head or any(not g for g in head.split("+")):
-        return None
-    out = {"groups": head.split("+"), "blocks": None, "adapter": None, "rank": None}
-    if rest and _BLOCKS.match(rest[0]):
-        out["blocks"] = rest.pop(0)
-    if len(rest) == 2 and _RANK.match(rest[1]):
-        out["adapter"], out["rank"] = rest[0], int(rest[1][1:])
-    elif rest:
-        return None
-    return out
-
-
 def tag_strategy(tag: str) -> str:
     """The strategy a configuration tag implies (for records written before ``strategy`` existed):
     ``all`` -> ``full``, ``head`` -> ``head``, ``probe`` -> ``probe``, ``auto`` -> ``auto``, an
     adapter suffix -> the adapter (``lora``), several groups or a block subset -> ``combination``,
     one group -> ``group``."""
-    if tag in ("all", "head", PROBE):
-        return {"all": "full", "head": "head", PROBE: PROBE}[tag]
+    if tag == PROBE:
+        return PROBE
     parts = parse_tag(tag)
     if parts is None:
         return "group"
-    if parts["adapter"]:
-        return parts["adapter"]
-    if parts["groups"] == ["auto"]:
-        return "auto"
-    return "combination" if len(parts["groups"]) > 1 or parts["blocks"] else "group"
+    adapter = {"name": parts["adapter"]} if parts["adapter"] else None
+    return component_strategy("+".join(parts["groups"]), parts["blocks"], adapter)
 
 
 def strategy_of(record: dict) -> str:
@@ -131,6 +107,8 @@ def strategy_label(tag: str) -> str:
         text += f" {parts['blocks']}"
     if parts["adapter"]:
         text += f" {ADAPTER_LABELS.get(parts['adapter'], parts['adapter'])} r{parts['rank']}"
+    if parts["budget"] is not None:
+        text += f" budget {parts['budget']:g}"
     return text
 
 
