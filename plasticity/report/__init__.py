@@ -6,6 +6,9 @@ Modules, each owning one thing:
   file becomes a ``(path, reason)`` problem, never an exception.
 - :mod:`~plasticity.report.tables`: pure table and statistics functions, including the "best run"
   rule (:func:`~plasticity.report.tables.best_per_component`) that the report and the summary share.
+- :mod:`~plasticity.report.claims`: the paper's claims C1..C5 tested on a sweep (``claims.csv``).
+- :mod:`~plasticity.report.pretraining`: the ranking of the groups' plasticity through pretraining.
+- :mod:`~plasticity.report.paper`: the paper's Table 6 as run records (``python -m plasticity.report.paper``).
 - :mod:`~plasticity.report.figures`: every figure (plasticity analysis and report).
 - :mod:`~plasticity.report.markdown`: the text of ``report.md``.
 - :mod:`~plasticity.report.writer`: :func:`write_report`, which writes the report folder.

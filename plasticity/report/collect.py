@@ -19,20 +19,25 @@ import numpy as np
 
 from plasticity.runs.record import RESULT_FILE
 
-__all__ = ["Problem", "Sweep", "check_sweep_dir", "collect", "group_values", "probe_dir", "read_metric",
-           "read_metrics", "read_record", "record_problem", "result_files"]
+__all__ = ["Problem", "Sweep", "check_sweep_dir", "collect", "group_values", "pretrain_dir", "probe_dir",
+           "read_during_training", "read_metric", "read_metrics", "read_record", "record_problem", "result_files"]
 
 Problem = tuple[str, str]
 """A file that could not be used: ``(path, reason)``."""
 
 IDENTITY = {"finetune": ("dataset", "model", "component", "lr", "seed", "status"),
             "linear_probe": ("dataset", "model", "component", "seed", "status"),
-            "plasticity": ("dataset", "model")}
+            "plasticity": ("dataset", "model"),
+            "pretrain": ("dataset", "model")}
 """Fields a record of each task the report reads must have (records of other tasks are ignored). A
 linear probe (logistic regression on frozen features) has no learning rate: its ``lr`` is null."""
 PROBE_TASK = "linear_probe"
 TEXT_FIELDS = ("dataset", "component", "status")
 ACCURACIES = ("best_val_acc", "test_acc")
+PRETRAIN_TASK = "pretrain"
+DURING_TRAINING = "plasticity_during_training.csv"
+"""Per (step, group, block) P(f) logged by ``callbacks=plasticity`` during training (``block`` is the
+block index, or ``all`` for the mean over blocks)."""
 SWEEP_DIR_FIX = "Fix: sweep_dir=<a directory with run records, e.g. outputs/finetune/cifar10>."
 Series = tuple[np.ndarray, np.ndarray]
 """(steps, values) of one logged metric."""
@@ -47,6 +52,8 @@ class Sweep:
         finetune: ``(run_dir, record)`` of every valid finetuning record (any status), sorted by path.
         probe: ``(run_dir, record)`` of every valid linear-probe record (``task=linear_probe``).
         analysis: ``(run_dir, record)`` of every valid plasticity analysis record.
+        pretrain: ``(run_dir, record)`` of every valid pretraining record (``task=pretrain``), also
+            from the sibling ``pretrain`` folder of a ``finetune`` sweep (see :func:`pretrain_dir`).
         problems: ``(path, reason)`` of every ``result.json`` that could not be used.
         probe_dir: The sibling ``linear_probe`` folder whose probe records were read too (see
             :func:`probe_dir`), or None.
@@ -56,6 +63,7 @@ class Sweep:
     finetune: list[tuple[Path, dict]] = field(default_factory=list)
     probe: list[tuple[Path, dict]] = field(default_factory=list)
     analysis: list[tuple[Path, dict]] = field(default_factory=list)
+    pretrain: list[tuple[Path, dict]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     probe_dir: Path | None = None
 
@@ -157,25 +165,42 @@ def probe_dir(sweep_dir: str | Path) -> Path | None:
     return sibling if sibling.is_dir() else None
 
 
+def pretrain_dir(sweep_dir: str | Path) -> Path | None:
+    """Where the pretraining runs of a finetuning sweep live: ``<out>/finetune/<rest>`` ->
+    ``<out>/pretrain`` (all of it: the pretraining dataset is not the target's), when that folder
+    exists; None otherwise (a sweep directory above ``finetune``, e.g. ``outputs``, holds both)."""
+    parts = Path(sweep_dir).parts
+    if "finetune" not in parts:
+        return None
+    i = len(parts) - 1 - parts[::-1].index("finetune")
+    sibling = Path(*parts[:i], PRETRAIN_TASK)
+    return sibling if sibling.is_dir() else None
+
+
 def collect(sweep_dir: str | Path, probes: bool = True) -> Sweep:
     """Reads every ``result.json`` under ``sweep_dir`` (hidden folders skipped); never raises.
 
     Finetuning, linear-probe and plasticity analysis records go to :attr:`Sweep.finetune`,
     :attr:`Sweep.probe` and :attr:`Sweep.analysis`, records of other tasks are ignored, and every
     file that cannot be used (see :func:`read_record` and :func:`record_problem`) goes to
-    :attr:`Sweep.problems`. With ``probes``, the linear-probe records of the sibling
-    ``linear_probe`` folder (:func:`probe_dir`) are read too.
+    :attr:`Sweep.problems`. Pretraining records go to :attr:`Sweep.pretrain`, also those of the
+    sibling ``pretrain`` folder (:func:`pretrain_dir`). With ``probes``, the linear-probe records
+    of the sibling ``linear_probe`` folder (:func:`probe_dir`) are read too.
     """
     sweep = Sweep(Path(sweep_dir))
     sweep.probe_dir = probe_dir(sweep.root) if probes else None
-    _read(sweep, sweep.root, ("finetune", PROBE_TASK, "plasticity"))
+    _read(sweep, sweep.root, ("finetune", PROBE_TASK, "plasticity", PRETRAIN_TASK))
     if sweep.probe_dir is not None:
         _read(sweep, sweep.probe_dir, (PROBE_TASK,))
+    pretrain = pretrain_dir(sweep.root)
+    if pretrain is not None:
+        _read(sweep, pretrain, (PRETRAIN_TASK,))
     return sweep
 
 
 def _read(sweep: Sweep, root: Path, tasks: tuple[str, ...]) -> None:
-    lists = {"finetune": sweep.finetune, PROBE_TASK: sweep.probe, "plasticity": sweep.analysis}
+    lists = {"finetune": sweep.finetune, PROBE_TASK: sweep.probe, "plasticity": sweep.analysis,
+             PRETRAIN_TASK: sweep.pretrain}
     for path in sorted(result_files(root)):
         record, problem = read_record(path)
         problem = problem or record_problem(record)
@@ -276,3 +301,32 @@ def _skip(path: str | Path, reason: str, problems: list[Problem] | None) -> dict
     if problems is not None:
         problems.append((str(path), reason))
     return {}
+
+
+def read_during_training(path: str | Path, problems: list[Problem] | None = None) -> dict[int, dict[str, float]]:
+    """Step -> group -> P(f), the mean over blocks, from a ``plasticity_during_training.csv``
+    (columns ``step, group, block, mean``): the ``block == "all"`` row where there is one, else the
+    mean of the per-block rows of that step and group.
+
+    A missing file gives nothing; a corrupt one (truncated row, non-numeric cell, missing column)
+    gives nothing and is appended to ``problems`` when given.
+    """
+    if not Path(path).is_file():
+        return {}
+    overall: dict[int, dict[str, float]] = {}
+    blocks: dict[int, dict[str, list[float]]] = {}
+    try:
+        for line, row in _rows(Path(path)):
+            step, value = int(_number(row["step"], "step", line)), _number(row["mean"], "mean", line)
+            if row["block"].strip() == "all":
+                overall.setdefault(step, {})[row["group"]] = value
+            else:
+                blocks.setdefault(step, {}).setdefault(row["group"], []).append(value)
+    except KeyError as err:
+        return _skip(path, f"corrupt CSV (no column {err})", problems)
+    except CSV_ERRORS as err:
+        return _skip(path, f"corrupt CSV ({err})", problems)
+    out = {s: {g: float(np.mean(v)) for g, v in groups.items()} for s, groups in blocks.items()}
+    for step, groups in overall.items():
+        out.setdefault(step, {}).update(groups)
+    return dict(sorted(out.items()))

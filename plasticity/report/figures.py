@@ -4,7 +4,8 @@ Plasticity analysis: distribution per group and plasticity against depth (Fig. 3
 depth (Fig. 6). Report: relative gain over linear probing (Fig. 2), average accuracy with the
 pooled standard error (Fig. 17), accuracy spread over learning rates and seeds (Figs. 4 and 18),
 gradient norm and validation loss curves (Fig. 4), and beyond the paper, accuracy against
-trainable parameters with the Pareto front (:func:`plot_pareto`). Drawn on matplotlib ``Figure``
+trainable parameters with the Pareto front (:func:`plot_pareto`) and plasticity through pretraining
+(:func:`plot_during_training`). Drawn on matplotlib ``Figure``
 objects (no pyplot, no global backend state), coloured and labelled from
 :mod:`plasticity.components` (configurations beyond the paper by their kind), and written
 atomically as PNG by :func:`save`.
@@ -26,8 +27,8 @@ from plasticity.runs.io import atomic_path
 if TYPE_CHECKING:
     from plasticity.measure import RunningStats
 
-__all__ = ["plot_accuracy", "plot_bounds", "plot_curves", "plot_depth", "plot_distribution", "plot_pareto",
-           "plot_relative_gain", "plot_spread", "save", "strategy_color"]
+__all__ = ["plot_accuracy", "plot_bounds", "plot_curves", "plot_depth", "plot_distribution", "plot_during_training",
+           "plot_pareto", "plot_relative_gain", "plot_spread", "save", "strategy_color"]
 
 BOUND_STYLES = {"prop1": "-", "prop2": "-", "prop3_rms": "-", "prop3_max": "--", "prop4": ":"}
 """Line style per bound (Prop. 3 at the largest token radius dashed, Prop. 4 dotted)."""
@@ -272,5 +273,43 @@ def plot_pareto(points: list[dict], dataset: str, path: str | Path) -> bool:
            title=f"{dataset}: accuracy against trainable parameters")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
+    save(fig, path)
+    return True
+
+
+def log_scale_fits(values: list[float], ratio: float = 10.0) -> bool:
+    """Whether a log y axis suits ``values``: all positive and spanning at least ``ratio``."""
+    return bool(values) and min(values) > 0 and max(values) / min(values) >= ratio
+
+
+def plot_during_training(panels: list[tuple[str, dict[int, dict[str, float]]]], path: str | Path) -> bool:
+    """P(f) of each group (mean over blocks) against the training step, one curve per group in the
+    paper's colours, one panel per run; log y when the values span a decade.
+
+    Args:
+        panels: (title, step -> group -> P(f)) per run (step 0: the random init).
+        path: PNG file to write.
+
+    Returns:
+        False, and nothing written, when no panel has a point.
+    """
+    panels = [(title, curves) for title, curves in panels if curves]
+    if not panels:
+        return False
+    fig = Figure(figsize=(6.5, 3.6 * len(panels)))
+    for i, (title, curves) in enumerate(panels):
+        ax = fig.add_subplot(len(panels), 1, i + 1)
+        values = []
+        for group in GROUPS:
+            points = sorted((s, v[group]) for s, v in curves.items() if group in v)
+            if points:
+                ax.plot([s for s, _ in points], [v for _, v in points], marker="o", ms=3, color=color(group),
+                        label=label(group))
+                values += [v for _, v in points]
+        ax.set(xlabel="pretraining step (0: random init)", ylabel="plasticity P(f), mean over blocks",
+               yscale="log" if log_scale_fits(values) else "linear")
+        ax.set_title(title, fontsize=8)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     save(fig, path)
     return True

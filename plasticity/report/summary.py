@@ -12,6 +12,11 @@ configuration of the sweep: combinations, LoRA, auto, the linear probe of ``task
 - upper bound: mean over blocks of the group's bound (:data:`plasticity.components.BOUND_OF`)
   from the newest ``bounds.csv``.
 
+After the table: the plasticity ranking of the newest ``plasticity.json`` and, from the newest
+``plasticity_during_training.csv`` of a pretraining run of the model (``<outputs>/pretrain``), the
+step at which the measured ranking first matches the paper's MHA > FC1 > FC2 > LN2 > LN1 (if any)
+and the rank swaps left at the end (:mod:`plasticity.report.pretraining`).
+
 Records are read through :func:`plasticity.report.collect.collect`: files that cannot be used are
 listed after the table, never fatal.
 """
@@ -26,7 +31,8 @@ import numpy as np
 from rich.table import Table
 
 from plasticity.components import BOUND_OF, COMPONENTS, GROUPS
-from plasticity.report.collect import Problem, collect, group_values
+from plasticity.report.collect import DURING_TRAINING, Problem, collect, group_values, read_during_training
+from plasticity.report.pretraining import ranking_rows, sentence
 from plasticity.report.tables import best_per_component, done_cells
 from plasticity.runs.io import read_json
 
@@ -112,6 +118,20 @@ def ranking_line(root: Path, dataset: str, model: str) -> str | None:
         return None
 
 
+def pretraining_line(root: Path, model: str, problems: list[Problem] | None = None) -> str | None:
+    """Where the paper's ranking first appears during the newest pretraining of ``model`` with
+    plasticity measured (``<root>/pretrain/**/<model>/**/plasticity_during_training.csv``), and the
+    swaps left at its end; None when there is no such file with a usable row."""
+    folder = root / "pretrain"
+    found = [p for p in folder.rglob(DURING_TRAINING) if model in p.relative_to(folder).parts
+             and not any(s.startswith(".") for s in p.relative_to(folder).parts[:-1])] if folder.is_dir() else []
+    if not found:
+        return None
+    path = max(found, key=lambda p: p.stat().st_mtime)
+    rows = ranking_rows(read_during_training(path, problems))
+    return f"plasticity through pretraining ({path.parent}): {sentence(rows)}" if rows else None
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m plasticity.report.summary --outputs outputs [--dataset D] [--model M]``."""
     from plasticity.console import console
@@ -125,6 +145,9 @@ def main(argv: list[str] | None = None) -> None:
     con, problems = console(), []
     con.print(summary_table(args.outputs, args.dataset, args.model, problems))
     line = ranking_line(args.outputs, args.dataset, args.model)
+    if line:
+        con.print(line)
+    line = pretraining_line(args.outputs, args.model, problems)
     if line:
         con.print(line)
     for path, reason in problems:

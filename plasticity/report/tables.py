@@ -282,12 +282,18 @@ def relative_gain(rows: list[dict]) -> list[dict]:
     return out
 
 
+EXACT_MAX_N = 25
+"""Up to this many pairs the Wilcoxon p-value is exact (the permutation distribution, ties included)."""
+
+
 def wilcoxon_p(a: np.ndarray, b: np.ndarray) -> float:
-    """Two-sided Wilcoxon signed-rank p-value of paired samples; NaN when fewer than 2 pairs or
+    """Two-sided Wilcoxon signed-rank p-value of paired samples (zero differences dropped; exact up
+    to :data:`EXACT_MAX_N` pairs, the normal approximation above); NaN when fewer than 2 pairs or
     all differences are zero."""
-    if len(a) < 2 or np.all(a - b == 0):
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if len(d) < 2 or np.all(d == 0):
         return float("nan")
-    return float(stats.wilcoxon(a, b).pvalue)
+    return float(stats.wilcoxon(d, method="exact" if len(d) <= EXACT_MAX_N else "auto").pvalue)
 
 
 def table1(rows: list[dict]) -> list[dict]:

@@ -24,7 +24,14 @@ probes of the sibling ``linear_probe`` folder of a ``finetune`` sweep, see
   first seed, Fig. 4 middle and right).
 - ``plasticity_vs_accuracy.csv``: Spearman correlation between per-group plasticity and accuracy
   where plasticity analysis runs exist.
-- ``report.md``: all of the above, every run that is not ``done``, every missing run, and every
+- ``claims.csv``: the paper's claims C1..C5 tested on the sweep, one verdict row per claim and its
+  detail rows (:mod:`plasticity.report.claims`, which states every rule); the Claims section opens
+  report.md.
+- ``pretraining_ranking.csv`` and ``plasticity_during_pretraining.png``: from the
+  ``plasticity_during_training.csv`` of the ``task=pretrain`` runs (in the sweep or the sibling
+  ``pretrain`` folder of a ``finetune`` sweep), per measured step the ranking of the groups' P(f),
+  its Kendall tau and distance to the paper's, and the curves (:mod:`plasticity.report.pretraining`).
+- ``report.md``: the claims first, then all of the above, every run that is not ``done``, every missing run, and every
   file that could not be used (truncated ``result.json`` or ``metrics.csv``, non-numeric fields),
   by path. Such files enter no table; the rest of the report is still written.
 
@@ -40,8 +47,19 @@ from pathlib import Path
 import numpy as np
 
 from plasticity.report import figures
-from plasticity.report.collect import Problem, Sweep, check_sweep_dir, collect, group_values, read_metrics
+from plasticity.report.claims import COLUMNS as CLAIM_COLUMNS
+from plasticity.report.claims import analysis_plasticity, claim_inputs, claims_md, test_claims
+from plasticity.report.collect import (
+    DURING_TRAINING,
+    Problem,
+    Sweep,
+    check_sweep_dir,
+    collect,
+    read_during_training,
+    read_metrics,
+)
 from plasticity.report.markdown import fmt_params, probe_note, problems_md, rows_md, table6_md
+from plasticity.report.pretraining import RANKING_COLUMNS, ranking_rows, sentence
 from plasticity.report.tables import (
     AVERAGE,
     PROBE,
@@ -51,7 +69,6 @@ from plasticity.report.tables import (
     Cells,
     done_cells,
     flatten,
-    group_plasticity,
     missing_runs,
     parse_tag,
     plasticity_vs_accuracy,
@@ -122,9 +139,13 @@ def write_report(sweep_dir: str | Path, select: str = "val", out_dir: str | Path
     runs = sweep.finetune + sweep.probe
     write_runs_csv(runs, out / "runs.csv")
     cells = done_cells(runs)
-    body = warnings_md(sweep.finetune) + shared_seeds_md(cells)
+    rows = table6(cells, select) if cells else []
+    plasticity = analysis_plasticity(sweep.analysis, problems)
+    body = [_claims(rows, cells, plasticity, out, problems)]
+    body += warnings_md(sweep.finetune) + shared_seeds_md(cells)
     if cells:
-        body += _write_results(cells, sweep.analysis, select, out, problems)
+        body += _write_results(cells, rows, plasticity, out, problems)
+    body += _pretraining(sweep, out, problems)
     body.append(problems_md(runs, missing_runs(runs), problems))
     done = sum(r.get("status") == "done" for _, r in runs)
     write_text_atomic(out / "report.md", "\n".join([header_md(sweep, done, select, problems, optimizer)] + body))
@@ -195,15 +216,60 @@ def shared_seeds_md(cells: Cells) -> list[str]:
             + rows_md(rows, ["dataset", "group", "lr", "seeds"])]
 
 
-def _write_results(cells: Cells, analysis: list[tuple[Path, dict]], select: str, out: Path,
+def _write_results(cells: Cells, rows: list[dict], plasticity: dict[str, dict[str, float]], out: Path,
                    problems: list[Problem]) -> list[str]:
-    """Writes the tables and figures of the done runs; returns their report sections. Files found
-    corrupt on the way are appended to ``problems``."""
-    rows = table6(cells, select)
+    """Writes the tables and figures of the done runs (``rows``: their Table 6); returns their report
+    sections. Files found corrupt on the way are appended to ``problems``."""
     sections = _table6(rows, out) + _relative_gain(rows, out) + _table1(rows, out) + _strategies(rows, out)
     sections += _figures(cells, rows, out, problems)
-    plasticity = _plasticity(analysis, problems)
     return sections + _plasticity_vs_accuracy(rows, plasticity, out)
+
+
+def _claims(rows: list[dict], cells: Cells, plasticity: dict[str, dict[str, float]], out: Path,
+            problems: list[Problem]) -> str:
+    """Writes ``claims.csv``; returns the Claims section (:mod:`plasticity.report.claims`)."""
+    found = test_claims(claim_inputs(rows, cells, plasticity, problems))
+    write_csv_atomic(out / "claims.csv", found, CLAIM_COLUMNS)
+    return claims_md(found)
+
+
+def _pretraining(sweep: Sweep, out: Path, problems: list[Problem]) -> list[str]:
+    """Writes ``pretraining_ranking.csv`` and ``plasticity_during_pretraining.png`` from the
+    ``plasticity_during_training.csv`` of the pretraining runs (of the sweep's models, when it has
+    finetuning runs); returns the "Plasticity through pretraining" section (none without
+    pretraining runs)."""
+    models = {r["model"] for _, r in sweep.finetune}
+    runs = [(d, r) for d, r in sweep.pretrain if not models or r["model"] in models]
+    if not runs:
+        return []
+    heading = "## Plasticity through pretraining\n\n"
+    panels, rows, lines = [], [], []
+    for run_dir, record in runs:
+        curves = read_during_training(run_dir / DURING_TRAINING, problems)
+        if curves:
+            mine = ranking_rows(curves, str(run_dir))
+            rows += mine
+            panels.append((f"{record['dataset']} / {record['model']}: {_short(run_dir, sweep.root)}", curves))
+            lines.append(f"- {run_dir}: {sentence(mine)}.\n")
+    if not rows:
+        return [heading + f"{len(runs)} pretraining run(s), none with {DURING_TRAINING} (pretrain with "
+                "callbacks=plasticity to measure P(f) of every group from the random init).\n"]
+    write_csv_atomic(out / "pretraining_ranking.csv", rows, RANKING_COLUMNS)
+    figures.plot_during_training(panels, out / "plasticity_during_pretraining.png")
+    return [heading + "P(f) of each group (mean over blocks) against the pretraining step (0: random init); per "
+            "step the ranking, its Kendall tau against the paper's MHA > FC1 > FC2 > LN2 > LN1 and the Kendall "
+            "distance (pairs of groups out of the paper's order: the rank swaps left). All: "
+            "[pretraining_ranking.csv](pretraining_ranking.csv).\n\n" + "".join(lines) + "\n"
+            + rows_md(rows, ["run", "step", "ranking", "kendall_tau", "kendall_distance", "matches_paper"])
+            + "\n![plasticity during pretraining](plasticity_during_pretraining.png)\n"]
+
+
+def _short(run_dir: Path, root: Path) -> str:
+    """``run_dir`` relative to ``root`` when under it, else as it is."""
+    try:
+        return str(run_dir.relative_to(root))
+    except ValueError:
+        return str(run_dir)
 
 
 def _table6(rows: list[dict], out: Path) -> list[str]:
@@ -309,13 +375,6 @@ def combined_grad_norm(series: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.
     if not len(steps) or any(len(s[0]) != len(steps) or not np.array_equal(s[0], steps) for s in rest):
         return np.asarray([]), np.asarray([])
     return steps, np.sqrt(sum(np.asarray(v, dtype=float) ** 2 for _, v in rest))
-
-
-def _plasticity(analysis: list[tuple[Path, dict]], problems: list[Problem]) -> dict[str, dict[str, float]]:
-    """Dataset -> group -> mean plasticity over the blocks of its analysis runs' ``plasticity.csv``."""
-    datasets = sorted({r["dataset"] for _, r in analysis})
-    return {d: group_plasticity(group_values(run_dir / "plasticity.csv", "mean", problems=problems)
-                                for run_dir, r in analysis if r["dataset"] == d) for d in datasets}
 
 
 def _plasticity_vs_accuracy(rows: list[dict], plasticity: dict[str, dict[str, float]], out: Path) -> list[str]:

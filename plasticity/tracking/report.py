@@ -1,7 +1,7 @@
 """``task=report logger=wandb``: the report of a sweep as one W&B run.
 
-The run (job type ``report``) has Table 6, Table 1, the relative gain, the strategies, plasticity against accuracy
-and, when present, the claims as ``wandb.Table``s, every figure of the report as a ``wandb.Image``,
+The run (job type ``report``) has the claims (C1..C5), Table 6, Table 1, the relative gain, the strategies,
+plasticity against accuracy and, when present, the ranking through pretraining as ``wandb.Table``s, every figure of the report as a ``wandb.Image``,
 and ``runs.csv`` as an artifact (type ``runs``). Its group is the sweep's: the ``<dataset>/<model>``
 group its runs share (the sweep directory's name when they span several), so W&B shows the report
 beside the runs it summarises. Its id comes from the sweep directory: a rebuilt report updates the
@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 
 __all__ = ["TABLES", "log_report", "report_group"]
 
-TABLES = ("table6", "table1", "relative_gain", "strategies", "plasticity_vs_accuracy", "claims")
+TABLES = ("claims", "table6", "table1", "relative_gain", "strategies", "plasticity_vs_accuracy", "pretraining_ranking")
 """The report's CSV files logged as tables (those that exist)."""
 
 
