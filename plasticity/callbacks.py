@@ -1,9 +1,11 @@
-"""Lightning callbacks of the framework: :class:`PlasticityCallback` (P(f) logged during finetuning)."""
+"""Lightning callbacks of the framework: :class:`PlasticityCallback` (P(f) logged during training)."""
 
 from __future__ import annotations
 
+import csv
 import logging
 import time
+from pathlib import Path
 
 import lightning as L
 import numpy as np
@@ -12,18 +14,31 @@ import torch
 from plasticity.components import GROUPS
 from plasticity.data import DataSpec, load_splits
 from plasticity.measure import measure, pair_indices
+from plasticity.runs.io import atomic_path
 
 log = logging.getLogger(__name__)
 
+CSV_NAME = "plasticity_during_training.csv"
+"""Written into the run directory: one row per (step, group, block) and per (step, group) with
+``block=all`` (the mean over blocks); step 0 of a pretraining run is the random init."""
+
 
 class PlasticityCallback(L.Callback):
-    """Measures the plasticity of each group during finetuning, on a fixed set of pairs.
+    """Measures the plasticity of each group during training, on a fixed set of pairs.
 
-    Every ``every_n_steps`` optimizer steps (and before the first), the model being finetuned is
+    Every ``every_n_steps`` optimizer steps (and before the first), the model being trained is
     put in eval mode and P(f) of ``groups`` is measured on the same ``n_pairs`` pairs (reference
     test image, downstream validation image), on the model's device. Logged to every logger:
     ``plasticity/<group>`` (mean over blocks), ``plasticity/<group>/block_<i>`` and
-    ``plasticity/cost``, the fraction of the training wall time spent measuring.
+    ``plasticity/cost``, the fraction of the training wall time spent measuring. Every
+    measurement is also written to ``<run dir>/plasticity_during_training.csv`` (:data:`CSV_NAME`,
+    by global rank 0; the rows so far travel in the checkpoint, so a resumed run keeps them).
+
+    During finetuning the downstream images are the run's own validation split. During
+    pretraining (``task=pretrain``) they come from ``downstream``, the target the pretrained model
+    will be finetuned on (its validation split, restricted to ``downstream_classes``), so the
+    measurements trace how P(f) of each group evolves from the random init (step 0) to the
+    weights the finetuning runs start from.
 
     The reference is read like the run's own data: its :class:`~plasticity.data.DataSpec` is the
     datamodule's (same data dir, prepared arrays' root, severity and input size) with
@@ -37,6 +52,8 @@ class PlasticityCallback(L.Callback):
         batch_size: Pairs per forward (2 x batch_size images).
         mode: ``embedding`` (the paper's) or ``layer``.
         groups: Groups to measure.
+        downstream: Dataset of the downstream images (None: the run's own validation split).
+        downstream_classes: Keep only these classes of ``downstream`` (None: all).
 
     Attributes:
         reference_spec: What the reference was read from (set in ``setup``).
@@ -46,13 +63,17 @@ class PlasticityCallback(L.Callback):
     """
 
     def __init__(self, reference: str, every_n_steps: int = 100, n_pairs: int = 256, batch_size: int = 128,
-                 mode: str = "embedding", groups: tuple[str, ...] = GROUPS) -> None:
+                 mode: str = "embedding", groups: tuple[str, ...] = GROUPS, downstream: str | None = None,
+                 downstream_classes: list[int] | None = None) -> None:
         if every_n_steps <= 0 or n_pairs <= 0 or batch_size <= 0:
             raise ValueError(f"every_n_steps={every_n_steps}, n_pairs={n_pairs} and batch_size={batch_size} "
                              f"must be positive")
         self.reference = reference
         self.every_n_steps, self.n_pairs, self.batch_size = every_n_steps, n_pairs, batch_size
         self.mode, self.groups = mode, tuple(groups)
+        self.downstream = downstream
+        self.downstream_classes = None if downstream_classes is None else tuple(int(c) for c in downstream_classes)
+        self.rows: list[dict] = []
         self.reference_spec: DataSpec | None = None
         self.reference_prepared = False
         self.pair_indices: tuple[np.ndarray, np.ndarray] | None = None
@@ -70,13 +91,11 @@ class PlasticityCallback(L.Callback):
             raise TypeError("PlasticityCallback reads its reference like the run's data: it needs a datamodule "
                             "with a DataSpec (plasticity.data.datamodule.DataModule), got "
                             f"{type(datamodule).__name__}")
-        self.reference_spec = spec.replace(name=self.reference, limit=None, num_classes=None)
+        self.reference_spec = spec.replace(name=self.reference, limit=None, num_classes=None, classes=None)
         splits = load_splits(self.reference_spec)
         self.reference_prepared = splits.prepared
         ref = splits.test
-        if datamodule.splits is None:
-            datamodule.setup(stage)
-        down = datamodule.splits.val
+        down = self._downstream(datamodule, spec, stage)
         ri, di = pair_indices(len(ref), len(down), self.n_pairs, "sequential")
         as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a)).permute(0, 3, 1, 2)  # noqa: E731
         self.pair_indices = ri, di
@@ -92,9 +111,27 @@ class PlasticityCallback(L.Callback):
                      f"prepared arrays under {self.reference_spec.prepared_root}" if self.reference_prepared
                      else "its array files")
 
+    def _downstream(self, datamodule, spec: DataSpec, stage: str):
+        """The downstream validation images: the run's own, or ``downstream``'s."""
+        if self.downstream is None:
+            if datamodule.splits is None:
+                datamodule.setup(stage)
+            return datamodule.splits.val
+        classes = self.downstream_classes
+        return load_splits(spec.replace(name=self.downstream, limit=None, classes=classes,
+                                        num_classes=None if classes is None else len(classes))).val
+
+    def state_dict(self) -> dict:
+        return {"rows": list(self.rows), "last_step": self._last_step}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.rows = list(state_dict.get("rows", []))
+        self._last_step = state_dict.get("last_step", -1)
+
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = time.perf_counter()
-        self._measure(trainer, pl_module)
+        if trainer.global_step != self._last_step:  # a resumed run measured this step before its checkpoint
+            self._measure(trainer, pl_module)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
@@ -131,3 +168,15 @@ class PlasticityCallback(L.Callback):
         metrics["plasticity/cost"] = self.measure_s / max(time.perf_counter() - self._start, 1e-9)
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
+        step = trainer.global_step
+        self.rows += [{"step": step, "group": r["group"], "block": r["block"], "mean": r["mean"]} for r in rows]
+        self.rows += [{"step": step, "group": g, "block": "all", "mean": metrics[f"plasticity/{g}"]} for g in self.groups]
+        if trainer.is_global_zero:
+            self.write(Path(trainer.default_root_dir) / CSV_NAME)
+
+    def write(self, path: Path) -> None:
+        """Every measurement so far as ``step,group,block,mean`` rows, written atomically."""
+        with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=["step", "group", "block", "mean"])
+            writer.writeheader()
+            writer.writerows(self.rows)

@@ -99,9 +99,24 @@ def test_seed_zero_is_kept_and_named():
     assert cfg.run_name.endswith("/seed_0")
 
 
-def test_quickstart_sweeps_seven_components():
-    cfg = composed("experiment=quickstart")
-    assert cfg.hydra.sweeper.params.component == "ln1,mha,ln2,fc1,fc2,all,head"
+def test_quickstart_grid_is_seven_groups_on_six_held_out_targets_at_two_lrs_each():
+    from plasticity.sweep import expand
+
+    jobs = [dict(o.split("=", 1) for o in job) for name in ("quickstart", "quickstart_norms")
+            for job in expand(composed(f"experiment={name}"))]
+    assert len(jobs) == 84  # 6 targets x 7 groups x 2 learning rates
+    targets = {j["dataset"] for j in jobs}
+    assert len(targets) == 6 and all(t.startswith("fashion_mnist_c/") for t in targets)
+    lrs = {}
+    for j in jobs:
+        lrs.setdefault(j["component"], set()).add(float(j["optimizer.lr"]))
+    assert lrs == {**dict.fromkeys(("mha", "fc1", "fc2", "all"), {0.1, 0.3}),
+                   **dict.fromkeys(("ln1", "ln2", "head"), {0.3, 1.0})}
+    cfg = composed("experiment=quickstart_norms")
+    assert list(cfg.dataset.classes) == [5, 6, 7, 8, 9] and cfg.dataset.num_classes == 5
+    pretrain = composed("experiment=quickstart_pretrain")
+    assert list(pretrain.dataset.classes) == [0, 1, 2, 3, 4] and pretrain.callbacks.plasticity.downstream_classes \
+        == [5, 6, 7, 8, 9]
 
 
 def test_pretrain_task_defaults_to_full_training_with_adamw():
@@ -157,7 +172,9 @@ def test_the_groups_resolver_and_the_quickstart_sweep_match_the_one_group_table(
     from plasticity.components import COMPONENTS, GROUPS, TABLE_ORDER
 
     assert list(composed("task=plasticity").task.groups) == list(GROUPS)
-    assert composed("experiment=quickstart").hydra.sweeper.params.component == ",".join(TABLE_ORDER)
+    swept = [c for name in ("quickstart", "quickstart_norms")
+             for c in composed(f"experiment={name}").hydra.sweeper.params.component.split(",")]
+    assert sorted(swept) == sorted(TABLE_ORDER)
     assert set(TABLE_ORDER) <= set(COMPONENTS)
 
 

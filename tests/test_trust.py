@@ -167,7 +167,7 @@ BAD = [
     ("gpu", ["trainer=gpu"], ["needs CUDA", "Fix: trainer=cpu"]),
     ("mean", ["dataset.mean=[0.5]"], ["dataset.mean=[0.5] must be 3 finite numbers"]),
     ("crop", ["dataset.crop_scale=[1.0,0.1]"], ["dataset.crop_scale=[1.0, 0.1] must be [low, high]"]),
-    ("callbacks", ["experiment=quickstart", "callbacks=none"],
+    ("callbacks", ["experiment=quickstart_pretrain", "callbacks=none"],
      ["callbacks.plasticity has options but no _target_", "Fix: callbacks=plasticity"]),
     ("weights_dir", ["model.pretrained=true", "model.weights_file={tmp}"], ["is a directory"]),
 ]

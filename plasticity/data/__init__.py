@@ -2,7 +2,7 @@
 
 The layers, each depending only on the ones above it (no import cycle):
 
-- :mod:`~plasticity.data.corruptions`: the five Cifar10-C corruptions (to build Fashion-MNIST-C);
+- :mod:`~plasticity.data.corruptions`: six Cifar10-C corruptions (to build Fashion-MNIST-C);
 - :mod:`~plasticity.data.sources`: one reader per on-disk format, registered by dataset name;
 - :mod:`~plasticity.data.images`: the JPEG path (PIL decode + torchvision transforms);
 - :mod:`~plasticity.data.splits`: the paper's train/val/test protocol and the split hash;

@@ -12,13 +12,14 @@ import math
 
 import numpy as np
 
-CORRUPTIONS: tuple[str, ...] = ("contrast", "gaussian_noise", "motion_blur", "snow", "speckle_noise")
+CORRUPTIONS: tuple[str, ...] = ("contrast", "gaussian_noise", "impulse_noise", "motion_blur", "snow", "speckle_noise")
 
 _CIFAR_SIZE = 32
 
 _CONTRAST = (0.75, 0.5, 0.4, 0.3, 0.15)
 _GAUSSIAN = (0.04, 0.06, 0.08, 0.09, 0.10)
 _SPECKLE = (0.06, 0.1, 0.12, 0.16, 0.2)
+_IMPULSE = (0.01, 0.02, 0.03, 0.05, 0.07)
 _MOTION = ((10, 1.0), (10, 1.5), (10, 2.0), (10, 2.5), (12, 3.0))
 # (loc, scale, zoom, threshold, blur radius, blur sigma, blend)
 _SNOW = (
@@ -72,6 +73,13 @@ def _contrast(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
 def _gaussian_noise(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
     """Add i.i.d. Gaussian noise on the ``[0, 1]`` scale."""
     return x + rng.normal(scale=_GAUSSIAN[s], size=x.shape).astype(np.float32)
+
+
+def _impulse_noise(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
+    """Salt-and-pepper noise: a share of the values set to 0 or 1, each with probability 1/2."""
+    hit = rng.random(x.shape, dtype=np.float32) < _IMPULSE[s]
+    salt = rng.random(x.shape, dtype=np.float32) < 0.5
+    return np.where(hit, salt.astype(np.float32), x)
 
 
 def _speckle_noise(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
@@ -150,6 +158,7 @@ def _snow(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
 _FUNCTIONS = {
     "contrast": _contrast,
     "gaussian_noise": _gaussian_noise,
+    "impulse_noise": _impulse_noise,
     "motion_blur": _motion_blur,
     "snow": _snow,
     "speckle_noise": _speckle_noise,

@@ -16,7 +16,7 @@ from typing import Any
 
 from plasticity.data.prepared import open_prepared, prepared_root
 from plasticity.data.sources import ArraySet, Source, check_severity, source
-from plasticity.data.splits import Splits, apply_limit, official_splits
+from plasticity.data.splits import Splits, apply_limit, check_classes, keep_classes, official_splits
 
 __all__ = ["DataSpec", "load_splits"]
 
@@ -33,7 +33,8 @@ class DataSpec:
         severity: Corruption severity ``1..5`` of the ``*_c`` sets.
         download: Let torchvision download missing files where it can.
         limit: Keep only the first ``limit`` training images (None: all).
-        num_classes: Expected number of classes (None: the dataset's own).
+        num_classes: Expected number of classes (None: the dataset's own; ``len(classes)`` with ``classes``).
+        classes: Keep only these class indices, relabelled ``0..k-1`` in this order (None: all).
         img_size: The model's input side (JPEG sets are decoded for it).
     """
 
@@ -45,17 +46,20 @@ class DataSpec:
     limit: int | None = None
     num_classes: int | None = None
     img_size: int = 224
+    classes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         # Paths as strings, so that equal specs compare (and hash) equal whether built from a str or a Path.
         object.__setattr__(self, "data_dir", os.fspath(self.data_dir))
         if self.prepared_dir is not None:
             object.__setattr__(self, "prepared_dir", os.fspath(self.prepared_dir))
+        if self.classes is not None:
+            object.__setattr__(self, "classes", tuple(int(c) for c in self.classes))
 
     @classmethod
     def from_config(cls, cfg: Any, name: str | None = None, img_size: int | None = None) -> DataSpec:
         """The spec of ``dataset`` (or of another dataset ``name``, e.g. ``task.reference``, which
-        shares the paths and severity but not the training limit or class count).
+        shares the paths and severity but not the training limit, class count or class subset).
 
         Args:
             cfg: The composed job config (``paths``, ``dataset``, ``model``).
@@ -78,10 +82,17 @@ class DataSpec:
             limit=data.get("limit") if own else None,
             num_classes=data.get("num_classes") if own else None,
             img_size=int(img_size),
+            classes=tuple(data.classes) if own and data.get("classes") is not None else None,
         )
 
     def replace(self, **changes: Any) -> DataSpec:
-        """A copy with some fields changed (e.g. ``name=`` for the reference, ``img_size=``)."""
+        """A copy with some fields changed (e.g. ``name=`` for the reference, ``img_size=``).
+
+        A class subset names classes of its own dataset: another ``name`` drops it unless
+        ``classes=`` is given too.
+        """
+        if changes.get("name", self.name) != self.name:
+            changes.setdefault("classes", None)
         return dataclasses.replace(self, **changes)
 
     @property
@@ -120,7 +131,12 @@ def load_splits(spec: DataSpec) -> Splits:
         DataError: Data missing or corrupt, or prepared arrays stale.
     """
     spec.ensure()  # checks first: nothing is fetched for a corrupt set
-    splits = official_splits(spec.name, spec.data_dir, severity=spec.severity, num_classes=spec.num_classes)
+    problems = check_classes(spec.name, spec.classes, spec.num_classes)
+    if problems:
+        raise ValueError(problems[0])
+    splits = official_splits(spec.name, spec.data_dir, severity=spec.severity,
+                             num_classes=None if spec.classes else spec.num_classes)
+    subset = False  # whether the class subset is applied already
     if spec.source.kind == "files":
         prepared = open_prepared(spec.name, spec.prepared_root, spec.img_size, splits.split_hash)
         if prepared is not None:
@@ -129,8 +145,12 @@ def load_splits(spec: DataSpec) -> Splits:
         else:
             from plasticity.data.images import EvalImages  # torch + torchvision: only on the JPEG path
 
+            if spec.classes:  # subset the file lists before anything decodes
+                splits, subset = keep_classes(splits, spec.classes), True
             lazy = lambda s: ArraySet(EvalImages(s, spec.img_size), s.labels)  # noqa: E731
             splits = Splits(splits.train, lazy(splits.val), lazy(splits.test), splits.num_classes, splits.split_hash)
+    if spec.classes and not subset:
+        splits = keep_classes(splits, spec.classes)
     train = apply_limit(splits.train, spec.limit)
     digest = splits.split_hash
     if len(train) < len(splits.train):  # the run sees fewer examples: its hash says so

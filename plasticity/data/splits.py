@@ -22,7 +22,8 @@ import numpy as np
 
 from plasticity.data.sources import SOURCES, ArraySet, DataError, FileSet, ImageFolder, check_severity, source
 
-__all__ = ["DATASETS", "Splits", "apply_limit", "expected_classes", "official_splits", "split_indices"]
+__all__ = ["DATASETS", "Splits", "apply_limit", "check_classes", "expected_classes", "keep_classes", "official_splits",
+           "split_indices"]
 
 DATASETS: dict[str, int] = {name: src.num_classes for name, src in SOURCES.items()}
 """Every dataset name and its number of classes."""
@@ -162,3 +163,49 @@ def apply_limit(train: ArraySet | FileSet, limit: int | None) -> ArraySet | File
         sizes = None if train.sizes is None else train.sizes[:limit]
         return ArraySet(train.images[:limit], train.labels[:limit], sizes)
     return train.subset(np.arange(min(limit, len(train))))
+
+
+def check_classes(name: str, classes, num_classes: int | None) -> list[str]:
+    """Problems of ``dataset.classes`` (a subset of the dataset's class indices) with its
+    ``dataset.num_classes``; empty when they fit.
+
+    Args:
+        name: The dataset name.
+        classes: The class indices to keep (None: all).
+        num_classes: The configured class count (must equal ``len(classes)`` when ``classes`` is set).
+    """
+    if classes is None:
+        return []
+    total = source(name).num_classes
+    values = list(classes) if not isinstance(classes, (str, int)) and hasattr(classes, "__iter__") else None
+    if not values or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c < total for c in values) \
+            or len(set(values)) != len(values):
+        return [f"dataset.classes={classes!r} must be distinct class indices in 0..{total - 1} of {name} "
+                f"(kept in this order as labels 0..k-1). Fix: e.g. dataset.classes=[5,6,7,8,9] "
+                f"dataset.num_classes=5, or dataset.classes=null (all classes)."]
+    if num_classes != len(values):
+        return [f"dataset.classes keeps {len(values)} classes but dataset.num_classes={num_classes!r}: the "
+                f"model's head must have one output per kept class. Fix: dataset.num_classes={len(values)}."]
+    return []
+
+
+def keep_classes(splits: Splits, classes: tuple[int, ...]) -> Splits:
+    """Every split restricted to ``classes``, relabelled ``0..k-1`` in the order given.
+
+    The split itself is untouched (an image is in the same split as without the subset), so a
+    model pretrained on some classes and finetuned on the held-out ones never sees a test image
+    of either during training. The split hash records the subset.
+    """
+    relabel = {c: i for i, c in enumerate(classes)}
+
+    def subset(part: ArraySet | FileSet) -> ArraySet | FileSet:
+        labels = np.asarray(part.labels, dtype=np.int64)
+        kept = part.subset(np.flatnonzero(np.isin(labels, classes)))
+        new_labels = np.array([relabel[int(c)] for c in kept.labels], dtype=np.int64)
+        if isinstance(kept, ArraySet):
+            return ArraySet(kept.images, new_labels, kept.sizes)
+        return FileSet(kept.root, kept.files, new_labels)
+
+    digest = hashlib.sha256(f"{splits.split_hash}|classes={','.join(map(str, classes))}".encode()).hexdigest()[:12]
+    return Splits(subset(splits.train), subset(splits.val), subset(splits.test), len(classes), digest,
+                  splits.prepared)
