@@ -357,3 +357,26 @@ def test_several_optimizers_are_flagged(tmp_path):
     text = write_report(tmp_path).path.read_text()
     assert "**Warning:** several optimizers are pooled in these tables: adamw, sgd." in text
     assert "several models" not in text
+
+
+def test_missing_runs_follow_each_groups_own_learning_rate_grid():
+    from plasticity.report.tables import missing_runs
+
+    grid = {"ln1": (0.3, 1.0), "mha": (0.1, 0.3)}
+    from pathlib import Path
+
+    runs = [(Path(f"/r/{d}/{g}/{lr}"), dict(task="finetune", dataset=d, component=g, lr=lr, seed=0, status="done"))
+            for d in ("d0", "d1") for g, lrs in grid.items() for lr in lrs]
+    assert missing_runs(runs) == []  # ln1 never ran at 0.1 anywhere: not a missing cell
+    del runs[1]  # d0 ln1 lr 1.0
+    assert missing_runs(runs) == [{"dataset": "d0", "group": "ln1", "lr": 1.0, "n_seeds": 0, "missing_seeds": [0]}]
+
+
+def test_a_single_seed_cell_shows_its_mean_without_a_spread():
+    from plasticity.report.markdown import table6_md
+
+    rows = [dict(dataset="d0", group="mha", mean=81.5, std=0.0, n_seeds=1, params=10),
+            dict(dataset="d1", group="mha", mean=80.0, std=1.25, n_seeds=3, params=10),
+            dict(dataset="average", group="mha", mean=80.75, std=0.0, n_seeds=1, params=10)]
+    text = table6_md(rows)
+    assert "| d0 | 81.50 |" in text and "| d1 | 80.00 ± 1.25 |" in text and "± 0.00" not in text

@@ -66,7 +66,8 @@ def rows_md(rows: list[dict], columns: list[str]) -> str:
 
 def table6_md(rows: list[dict]) -> str:
     """Datasets as rows, configurations as columns headed by their label and trainable parameters
-    (the average row's median, e.g. "MHA (28.3M)"), cells "mean ± std" (average row: mean only)."""
+    (the average row's median, e.g. "MHA (28.3M)"), cells "mean ± std" (average row and cells of one
+    seed: mean only)."""
     groups = ordered_groups(r["group"] for r in rows)
     by = {(r["dataset"], r["group"]): r for r in rows}
     labels = column_labels(groups)
@@ -77,7 +78,8 @@ def table6_md(rows: list[dict]) -> str:
         line = [d]
         for g in groups:
             r = by.get((d, g))
-            line.append("" if r is None else f"{r['mean']:.2f}" if d == AVERAGE else f"{r['mean']:.2f} ± {r['std']:.2f}")
+            line.append("" if r is None else f"{r['mean']:.2f}" if d == AVERAGE or r.get("n_seeds", 2) < 2
+                        else f"{r['mean']:.2f} ± {r['std']:.2f}")
         body.append(line)
     header = [labels[g] + (f" ({fmt_params(params[g])})" if params.get(g) is not None else "") for g in groups]
     return md_table(["dataset"] + header, body)

@@ -323,8 +323,9 @@ def pooled_se(rows: list[dict], group: str) -> float:
 
 def missing_runs(runs: list[tuple[Path, dict]]) -> list[dict]:
     """Every (dataset, group, lr) cell with fewer done seeds than the sweep has: the expected lrs of
-    a dataset are those any of its groups ran (none for a configuration without a learning rate,
-    the probe), the expected seeds those any run of the same task used."""
+    a group are those it ran at on any dataset (a group may have its own grid: LayerNorms often
+    take larger steps; none for a configuration without a learning rate, the probe), the expected
+    seeds those any run of the same task used."""
     seeds, lrs, groups, done = defaultdict(set), defaultdict(set), defaultdict(set), defaultdict(set)
     lrless, task_of = set(), {}
     for _, r in runs:
@@ -334,14 +335,14 @@ def missing_runs(runs: list[tuple[Path, dict]]) -> list[dict]:
         if lr_key(r) is None:
             lrless.add((r["dataset"], r["component"]))
         else:
-            lrs[r["dataset"]].add(lr_key(r))
+            lrs[r["component"]].add(lr_key(r))
         if r.get("status") == "done":
             done[(r["dataset"], r["component"], lr_key(r))].add(r.get("seed"))
     out = []
     for dataset in sorted(groups):
         for group in ordered_groups(groups[dataset]):
             expected = seeds[task_of[(dataset, group)]]
-            for lr in [None] if (dataset, group) in lrless else sorted(lrs[dataset]):
+            for lr in [None] if (dataset, group) in lrless else sorted(lrs[group]):
                 have = done[(dataset, group, lr)]
                 if have != expected:
                     out.append({"dataset": dataset, "group": group, "lr": lr, "n_seeds": len(have),

@@ -277,7 +277,7 @@ def _table6(rows: list[dict], out: Path) -> list[str]:
     note = probe_note(r["group"] for r in rows)
     write_text_atomic(out / "table6.md", table6_md(rows) + f"\n{note}\n")
     chosen = [{**r, "params": fmt_params(r["params"])} for r in rows if r["dataset"] != AVERAGE]
-    return ["## Table 6: top-1 test accuracy (%), mean ± std over seeds\n\n" + table6_md(rows)
+    return ["## Table 6: top-1 test accuracy (%), mean ± std over seeds (one seed: the mean)\n\n" + table6_md(rows)
             + "\nColumns: each configuration with its median trainable parameters; " + note + ".\n",
             "Chosen learning rates (none for the linear probe: its seeds are averaged):\n\n"
             + rows_md(chosen, ["dataset", "group", "strategy", "params", "lr", "n_seeds"])]
