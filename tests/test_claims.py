@@ -398,3 +398,16 @@ def test_a_pretraining_that_never_matches_says_so(tmp_path):
     run = write_pretrain(tmp_path)
     (run / "plasticity_during_training.csv").write_text(during_csv({0: PRETRAIN[0], 50: PRETRAIN[0]}))
     assert "never matches" in pretraining_line(tmp_path, "m") and "7 rank swaps" in pretraining_line(tmp_path, "m")
+
+
+def test_the_report_task_prints_the_averages_and_every_verdict(wins, capsys):
+    from plasticity.recipes.report import headline
+
+    root, _ = wins
+    headline(root / "report")
+    out = capsys.readouterr().out
+    averages = {r["label"]: float(r["mean"]) for r in read_rows(root / "report" / "table6.csv")
+                if r["dataset"] == "average"}
+    assert f"MHA {averages['MHA']:.2f}" in out and f"LN1 {averages['LN1']:.2f}" in out
+    for cid in CLAIMS:
+        assert any(line.startswith(f"│ {cid} ") and "│ supported" in line for line in out.splitlines()), cid

@@ -45,9 +45,44 @@ class Report(RecipeBase):
         result = write_report(self.cfg.sweep_dir, self.cfg.task.select, out_dir=self.run_dir,
                               optimizer=self.cfg.task.get("optimizer"))
         print(f"report: {result.path} ({result.runs} runs, {result.done} done, {len(result.problems)} problems)")
+        headline(result.path.parent)
         if wandb_enabled(self.cfg):
             from plasticity.tracking.report import log_report
 
             log.info("report logged to W&B as run %s", log_report(self.cfg, self.run_dir, self.cfg.sweep_dir))
         return {"report": str(result.path), "sweep_dir": str(self.cfg.sweep_dir), "runs": result.runs,
                 "problems": len(result.problems)}
+
+
+def headline(out) -> None:
+    """Prints the report's average accuracy per configuration (Table 6's last row) and the claims'
+    verdicts, read back from the CSVs it wrote (nothing when they are absent)."""
+    import csv
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from plasticity.console import console
+    from plasticity.report.tables import AVERAGE
+    def read_csv_rows(path: Path) -> list[dict]:
+        if not path.is_file():
+            return []
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+
+    con = console()
+    average = [r for r in read_csv_rows(Path(out) / "table6.csv") if r["dataset"] == AVERAGE]
+    if average:
+        con.print("average test accuracy over targets (%): " + ", ".join(
+            f"{r['label']} {float(r['mean']):.2f}" for r in average), highlight=False)
+    claims = [r for r in read_csv_rows(Path(out) / "claims.csv") if r.get("level") == "claim"]
+    if claims:
+        table = Table(title="the paper's claims on this sweep (claims.csv)")
+        for column in ("claim", "verdict", "value", "p", "n"):
+            table.add_column(column)
+        for r in claims:
+            value = f"{float(r['value']):.3g}" if r["value"] else "-"
+            p = f"{float(r['p_value']):.3g}" if r["p_value"] else "-"
+            table.add_row(r["claim"], r["verdict"] + (f" ({r['reason']})" if r.get("reason") else ""), value, p,
+                          r["n"] or "-")
+        con.print(table)
