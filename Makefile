@@ -1,6 +1,7 @@
-# make run   set up everything, then run the offline quickstart (pretrain, 7-group finetuning sweep,
-#            auto, LoRA on MHA, the linear probe, plasticity, bounds, summary table, report)
-# make test  set up everything, then run the test suite
+# make run   set up everything, then run the offline quickstart (pretraining with plasticity from the
+#            random init, 7 groups x 6 held-out targets x 2 lrs, plasticity per target, auto, LoRA on
+#            MHA, the linear probe, bounds, summary table, report with Table 1 and the claims)
+# make test  set up everything (a local one-node SLURM's packages included), then run the test suite
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -12,9 +13,9 @@ FMNIST_FILES := train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3
 export HF_HUB_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 
-.PHONY: run test test-gpu setup data clean help
+.PHONY: run test test-gpu setup data slurm clean help
 help:
-	@echo "make run | make test | make setup | make data | make clean"
+	@echo "make run | make test | make setup | make data | make slurm | make clean"
 
 setup: $(STAMP)
 
@@ -44,20 +45,34 @@ $(FMNIST_SRC)/%.gz:
 	  "dataset-fashion-mnist (apt-get install dataset-fashion-mnist), or put the four idx files in" \
 	  "$(FMNIST_RAW)/, or run with dataset.download=true where there is internet."; exit 1; }
 
+# The Debian packages of the one-node SLURM with accounting that tests/test_slurm.py starts
+# (tests/slurm_cluster.py), installed when apt is usable and we are root; without them those tests
+# skip, saying why. No service is started or configured here.
+SLURM_PACKAGES := slurmctld slurmd slurm-client munge slurmdbd mariadb-server
+slurm:
+	@dpkg -s $(SLURM_PACKAGES) >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES) >/dev/null 2>&1 || \
+	    { apt-get update -qq && apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES); }; \
+	  else echo "SLURM packages missing and apt-get unusable here (needs root): tests/test_slurm.py will skip"; exit 1; fi; }
+
 run: setup data
 	$(PY) launch.py experiment=quickstart_pretrain
-	$(PY) launch.py -m experiment=quickstart
+	$(PY) launch.py -m experiment=quickstart print_config=false
+	$(PY) launch.py -m experiment=quickstart_norms print_config=false
+	$(PY) launch.py -m experiment=quickstart_plasticity print_config=false
 	$(PY) launch.py experiment=quickstart component=auto component.auto.reference=fashion_mnist print_config=false
 	$(PY) launch.py experiment=quickstart component=mha adapter=lora print_config=false
 	$(PY) launch.py experiment=quickstart task=linear_probe print_config=false
-	$(PY) launch.py experiment=quickstart_plasticity
-	$(PY) launch.py experiment=quickstart_bounds
+	$(PY) launch.py experiment=quickstart_bounds print_config=false
 	$(PY) -m plasticity.report.summary --outputs outputs
 	$(PY) launch.py task=report sweep_dir=outputs print_config=false
 
 test: setup
 	-@$(MAKE) --no-print-directory data 2>/dev/null || echo "(no Fashion-MNIST: tests use fixtures)"
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not gpu"
+	-@$(MAKE) --no-print-directory slurm || echo "(no SLURM packages: the SLURM tests skip)"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not gpu" -n 2 --dist loadgroup
 
 test-gpu: setup
 	$(PY) -m pytest -q -m gpu

@@ -9,6 +9,9 @@ A Hydra callback (registered in ``conf/config.yaml``):
   (the GPU itself is checked on the node).
 - ``sweep.dry_run=true`` lists every job (run path, status, whether its data and weights exist)
   without creating a folder, loading a model or reading data beyond file headers.
+- The plan is handed to the submitting launchers (:mod:`plasticity.launcher`, ``hydra/launcher=slurm``
+  or ``local``) in this process: they submit only the jobs whose run is not done
+  (:func:`submission_split`), and the dry run lists the same split.
 - Each multirun job's record is journaled under ``<sweep dir>/.sweeps/<id>/``; the end of the
   sweep prints one row per job and exits non-zero naming the failed runs.
 """
@@ -40,6 +43,23 @@ SWEEP_ID = "PLASTICITY_SWEEP_ID"
 
 def journal_dir(sweep_dir: str | Path, sweep_id: str) -> Path:
     return Path(sweep_dir) / ".sweeps" / sweep_id
+
+
+def journal(sweep_dir: str | Path, num: int, record: dict, replace: bool = True) -> None:
+    """Writes job ``num``'s record into the running sweep's journal (nothing outside a sweep).
+
+    Args:
+        sweep_dir: The sweep directory (``hydra.sweep.dir``).
+        num: The job's number in the sweep.
+        record: Its record (``result.json``'s content, or what the launcher knows of it).
+        replace: False keeps a record the job already wrote.
+    """
+    sweep_id = os.environ.get(SWEEP_ID)
+    if not sweep_id:
+        return
+    path = journal_dir(sweep_dir, sweep_id) / f"{num:06d}.json"
+    if replace or not path.exists():
+        write_json_atomic(path, record)
 
 
 @dataclass
@@ -128,6 +148,47 @@ def launches_on_slurm(config: DictConfig) -> bool:
     return "slurm" in str(config.hydra.launcher.get("_target_", "")).lower()
 
 
+SUBMITTING = "hydra_plugins.plasticity_launcher."
+"""Where the launchers that submit only what is not done live (Hydra loads launchers only from there)."""
+_PLANNED: dict[tuple[str, ...], Job] = {}
+
+
+def submits(config: DictConfig) -> bool:
+    """The launch goes through one of :mod:`plasticity.launcher`'s submitting launchers."""
+    return str(config.hydra.launcher.get("_target_", "")).startswith(SUBMITTING)
+
+
+def hand_over(jobs: list[Job]) -> None:
+    """Keeps the checked plan for the launcher, which runs next in this process."""
+    _PLANNED.clear()
+    _PLANNED.update((tuple(job.overrides), job) for job in jobs)
+
+
+def planned(overrides: list[str] | tuple[str, ...]) -> Job | None:
+    """The checked job of these overrides (None when the sweep's plan does not hold it)."""
+    return _PLANNED.get(tuple(overrides))
+
+
+def is_done(job: Job | None) -> bool:
+    """The job's run is finished (done or diverged) with the same config and ``sweep.skip_done`` is
+    true: a submitting launcher leaves it out."""
+    if job is None or job.cfg is None or getattr(job.state, "kind", None) != "same":
+        return False
+    return bool(job.cfg.sweep.get("skip_done", True))
+
+
+def submission_split(jobs: list[Job]) -> tuple[list[Job], list[Job]]:
+    """``(skipped, submitted)``: what a submitting launcher leaves out and what it submits."""
+    return [job for job in jobs if is_done(job)], [job for job in jobs if not is_done(job)]
+
+
+def split_line(skipped: int, submitted: int, dry: bool = False) -> str:
+    """The line a submitting launcher prints (and the dry run, in the conditional)."""
+    if dry:
+        return f"would skip {skipped} done runs, submit {submitted}"
+    return f"skipped {skipped} done runs, submitting {submitted}"
+
+
 # ----------------------------------------------------------------------------------- checking
 
 
@@ -177,9 +238,24 @@ STATUS = {"new": "to run", "same": "done (skip)", "resume": "to resume", "failed
           "running": "running", "conflict": "conflict"}
 
 
-def dry_run(jobs: list[Job], started: float) -> None:
+def status_of(job: Job) -> str:
+    """The job's row status in the dry run (a done run is re-run when ``sweep.skip_done=false``)."""
+    kind = getattr(job.state, "kind", "")
+    if kind == "same" and not is_done(job):
+        return "done (re-run)"
+    return STATUS.get(kind, "to run")
+
+
+def dry_run(jobs: list[Job], started: float, submitting: bool = False) -> None:
     """Prints one row per job (run dir, status, data, weights, other problems), each missing input's
-    message once, and a count per status; creates nothing."""
+    message once, and a count per status; creates nothing.
+
+    Args:
+        jobs: The checked jobs.
+        started: ``time.perf_counter()`` at the start of the checks.
+        submitting: A submitting launcher would run them: also print its split (what it would skip
+            and submit, :func:`submission_split`).
+    """
     from rich.table import Table
 
     from plasticity.validate import inputs_status
@@ -194,7 +270,7 @@ def dry_run(jobs: list[Job], started: float) -> None:
         missing = [text for text in (data, weights) if text not in ("ok", "hub", "random init", "?")]
         inputs.update(dict.fromkeys(missing))
         other = [p for p in job.problems if not any(p in text for text in missing)]
-        status = "rejected" if other else STATUS.get(getattr(job.state, "kind", ""), "to run")
+        status = "rejected" if other else status_of(job)
         counts[status] = counts.get(status, 0) + 1
         for name, text in (("data missing", data), ("weights unusable", weights)):
             counts[name] = counts.get(name, 0) + (text in missing)
@@ -204,9 +280,12 @@ def dry_run(jobs: list[Job], started: float) -> None:
     con.print(table)
     for text in inputs:
         con.print(f"  - {text}", markup=False, highlight=False)
-    todo = counts.get("to run", 0) + counts.get("to resume", 0) + counts.get("failed (re-run)", 0)
+    todo = sum(counts.get(k, 0) for k in ("to run", "to resume", "failed (re-run)", "done (re-run)"))
     con.print(f"dry run: {len(jobs)} jobs, {todo} to run | " + " | ".join(f"{k} {v}" for k, v in counts.items()
               if v and k not in ("to run",)) + f" | checked in {time.perf_counter() - started:.1f} s", highlight=False)
+    if submitting:
+        skipped, submitted = submission_split(jobs)
+        con.print(f"dry run: the launcher {split_line(len(skipped), len(submitted), dry=True)}", highlight=False)
 
 
 def _relative(path: Path | None) -> Path | str:
@@ -227,6 +306,12 @@ def varying_keys(jobs: list[Job]) -> list[str]:
 # ----------------------------------------------------------------------------------- callback
 
 
+def _other_srun_task() -> bool:
+    """A task other than the first of a multi-task SLURM job (one DDP run as several srun tasks,
+    each running the job): only the first journals the run's record."""
+    return os.environ.get("SLURM_NTASKS", "1") not in ("", "1") and os.environ.get("SLURM_PROCID", "0") != "0"
+
+
 class SweepSummary(Callback):
     """Checks every job before any runs, journals multirun jobs, prints the sweep's summary."""
 
@@ -244,10 +329,11 @@ class SweepSummary(Callback):
         started = time.perf_counter()
         jobs = [check(job, local=not launches_on_slurm(config)) for job in plan(config, kwargs.get("config_name"))]
         if config.sweep.get("dry_run", False):
-            dry_run(jobs, started)
+            dry_run(jobs, started, submitting=submits(config))
             raise SystemExit(0)
         stop_on_problems(jobs)
         mark_validated(jobs)  # the basic launcher runs the jobs in this process; others validate on their node
+        hand_over(jobs)  # the submitting launchers leave out what is done
         self._print_plan(jobs)
         os.environ[SWEEP_ID] = uuid.uuid4().hex[:12]
 
@@ -266,19 +352,19 @@ class SweepSummary(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         sweep_id = os.environ.get(SWEEP_ID)
         hydra_cfg = HydraConfig.get()
-        if not sweep_id or hydra_cfg.mode != RunMode.MULTIRUN:
+        if not sweep_id or hydra_cfg.mode != RunMode.MULTIRUN or _other_srun_task():
             return
         if job_return.status == JobStatus.COMPLETED and isinstance(job_return.return_value, dict):
             record = job_return.return_value
         else:  # the task function itself raised: should not happen, recorded all the same
             record = {"status": "failed", "error": repr(job_return._return_value),
                       "run_dir": hydra_cfg.runtime.output_dir}
-        path = journal_dir(hydra_cfg.sweep.dir, sweep_id) / f"{hydra_cfg.job.num:06d}.json"
-        write_json_atomic(path, record)
+        journal(hydra_cfg.sweep.dir, hydra_cfg.job.num, record)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep_id = os.environ.pop(SWEEP_ID, None)
         os.environ.pop(VARYING, None)
+        _PLANNED.clear()
         if not sweep_id:
             return
         folder = journal_dir(config.hydra.sweep.dir, sweep_id)

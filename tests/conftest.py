@@ -11,8 +11,13 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import plasticity  # noqa: E402,F401  (registers vit_micro_patch7_28)
+from tests.slurm_cluster import slurm_cluster  # noqa: E402,F401  (the session's one-node SLURM, tests/slurm_cluster.py)
 
 torch.set_num_threads(1)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "xdist_group(name): tests one pytest-xdist worker runs (--dist loadgroup)")
 
 
 @pytest.fixture
