@@ -55,8 +55,9 @@ class Report(RecipeBase):
 
 
 def headline(out) -> None:
-    """Prints the report's average accuracy per configuration (Table 6's last row) and the claims'
-    verdicts, read back from the CSVs it wrote (nothing when they are absent)."""
+    """Prints the report's average accuracy per configuration (Table 6's last row; a configuration
+    run on fewer targets than the others is named with its count) and the claims' verdicts, read
+    back from the CSVs it wrote (nothing when they are absent)."""
     import csv
     from pathlib import Path
 
@@ -71,10 +72,18 @@ def headline(out) -> None:
             return list(csv.DictReader(f))
 
     con = console()
-    average = [r for r in read_csv_rows(Path(out) / "table6.csv") if r["dataset"] == AVERAGE]
+    rows = read_csv_rows(Path(out) / "table6.csv")
+    targets: dict[str, int] = {}
+    for r in rows:
+        if r["dataset"] != AVERAGE:
+            targets[r["label"]] = targets.get(r["label"], 0) + 1
+    n = max(targets.values(), default=0)
+    average = [r for r in rows if r["dataset"] == AVERAGE]
     if average:
-        con.print("average test accuracy over targets (%): " + ", ".join(
-            f"{r['label']} {float(r['mean']):.2f}" for r in average), highlight=False)
+        con.print(f"average test accuracy over the {n} targets (%): " + ", ".join(
+            f"{r['label']} {float(r['mean']):.2f}" for r in average if targets.get(r["label"]) == n)
+            + "".join(f"; {r['label']} {float(r['mean']):.2f} on {targets.get(r['label'], 0)}"
+                      for r in average if targets.get(r["label"]) != n), highlight=False)
     claims = [r for r in read_csv_rows(Path(out) / "claims.csv") if r.get("level") == "claim"]
     if claims:
         table = Table(title="the paper's claims on this sweep (claims.csv)")
