@@ -281,8 +281,8 @@ def dry_run(jobs: list[Job], started: float, submitting: bool = False) -> None:
     for text in inputs:
         con.print(f"  - {text}", markup=False, highlight=False)
     todo = sum(counts.get(k, 0) for k in ("to run", "to resume", "failed (re-run)", "done (re-run)"))
-    con.print(f"dry run: {len(jobs)} jobs, {todo} to run | " + " | ".join(f"{k} {v}" for k, v in counts.items()
-              if v and k not in ("to run",)) + f" | checked in {time.perf_counter() - started:.1f} s", highlight=False)
+    parts = [f"dry run: {len(jobs)} jobs, {todo} to run"] + [f"{k} {v}" for k, v in counts.items() if v and k != "to run"]
+    con.print(" | ".join(parts + [f"checked in {time.perf_counter() - started:.1f} s"]), highlight=False)
     if submitting:
         skipped, submitted = submission_split(jobs)
         con.print(f"dry run: the launcher {split_line(len(skipped), len(submitted), dry=True)}", highlight=False)
