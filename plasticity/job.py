@@ -13,6 +13,10 @@ The order is what makes runs trustworthy:
 4. **Run** the recipe and write ``result.json`` atomically whatever happened: ``done``,
    ``diverged`` (NaN/inf loss) or ``failed`` (any other exception, with its message). In a
    multirun a failure is recorded and the sweep goes on; the sweep summary exits non-zero.
+
+A distributed run (DDP) has several processes: rank 0 does all of the above; the other ranks
+(:mod:`plasticity.runs.ranks`) take no lock, inspect and write nothing, and do what rank 0
+decided: run the recipe (resuming from the same checkpoint) or stop.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from rich.markup import escape
 from plasticity.console import console, job_overrides, print_config_tree, print_problems, run_line
 from plasticity.errors import USER_ERRORS
 from plasticity.runs import CONFIG_FILE, RESULT_FILE, STARTED_FILE, RunLock, config_hash, write_json_atomic
+from plasticity.runs.ranks import announce, await_decision, global_rank, is_rank_zero
 from plasticity.runs.state import archive_run, clear_stale, conflict_message, inspect_run
 from plasticity.validate import VALIDATED
 
@@ -51,12 +56,23 @@ def quiet_libraries() -> None:
     harmless = ("litlogger", "GPU available:", "TPU available:", "HPU available:", "LOCAL_RANK:", "The `srun` command",
                 "You are using a CUDA device", "Restoring states from the checkpoint", "Restored all states",
                 "`Trainer.fit` stopped: `max_steps=", "Loaded model weights from the checkpoint",
-                "Seed set to", "exists and is not empty")
+                "Seed set to", "exists and is not empty", "Initializing distributed", "distributed_backend=",
+                "All distributed processes registered")
     for name in ("lightning.pytorch", "lightning.fabric"):
         logging.getLogger(name).handlers.clear()  # they propagate to the job's own handlers: no double lines
     for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero",
-                 "lightning.pytorch.accelerators.cuda", "lightning.fabric.utilities.seed"):
+                 "lightning.pytorch.accelerators.cuda", "lightning.fabric.utilities.seed",
+                 "lightning.fabric.utilities.distributed"):
         logging.getLogger(name).addFilter(lambda r: not any(h in r.getMessage() for h in harmless))
+
+
+def setup_process(cfg: DictConfig) -> None:
+    """Quiet library notices, torch threads and matmul precision of a process that runs a recipe."""
+    import torch
+
+    quiet_libraries()
+    torch.set_num_threads(int(cfg.get("threads") or torch.get_num_threads()))
+    torch.set_float32_matmul_precision(cfg.get("matmul_precision", "highest"))
 
 
 def remove_if_empty(run_dir: Path, stop: Path) -> None:
@@ -97,17 +113,54 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
     recipe = get(str(cfg.task.name)) if _known_task(cfg) else None
     identity = recipe.identity(cfg) if recipe else {"task": cfg.get("task", {}).get("name")}
+    if recipe is not None and not is_rank_zero():
+        return follow(cfg, recipe, run_dir, identity)
     if str(run_dir) not in VALIDATED:
         problems = validate(cfg, local=True)
         if problems:
+            announce(run_dir, "stop", num_nodes=num_nodes(cfg))
             return reject(problems, run_dir, multirun, identity)
     lock = RunLock(run_dir)
+    nodes = num_nodes(cfg)
     if not lock.acquire():
+        announce(run_dir, "stop", num_nodes=nodes)
         return running(run_dir, identity, lock.holder)
     try:
         return own_run(cfg, recipe, run_dir, identity, multirun)
     finally:
+        announce(run_dir, "stop", num_nodes=nodes)  # ranks still waiting (no training started) stop too
         lock.release()
+
+
+def num_nodes(cfg: DictConfig) -> int:
+    """``trainer.num_nodes`` of a training task (1 for the others)."""
+    value = (cfg.get("trainer") or {}).get("num_nodes", 1)
+    return value if isinstance(value, int) and value > 0 else 1
+
+
+def follow(cfg: DictConfig, recipe, run_dir: Path, identity: dict) -> dict[str, Any]:
+    """A non-zero rank of a distributed run: rank 0's decision, then the recipe, writing nothing.
+
+    Rank 0 validated the same config, holds the lock and writes every record; this process runs
+    the recipe's training and test alongside it (Lightning writes checkpoints and logs from rank 0
+    only) and returns what it did, which no one records. A divergence, seen by every rank at the same
+    step, ends it quietly; any other error ends the process with it (Lightning then stops the others).
+    """
+    decision = await_decision(run_dir)
+    rank = global_rank()
+    if decision["action"] != "run":
+        log.info("rank %d: rank 0 decided %s for %s", rank, decision["action"], run_dir)
+        return {**identity, "run_dir": str(run_dir), "status": "follower", "rank": rank, "skipped": True}
+    setup_process(cfg)
+    from plasticity.module import Diverged
+
+    job = recipe(cfg, run_dir)
+    job.follower_resume = decision.get("resume")
+    try:
+        job.run()
+    except Diverged:  # every rank sees the same (all-reduced) loss; rank 0 records it
+        return {**identity, "run_dir": str(run_dir), "status": "follower", "rank": rank, "diverged": True}
+    return {**identity, "run_dir": str(run_dir), "status": "follower", "rank": rank}
 
 
 def _known_task(cfg: DictConfig) -> bool:
@@ -164,13 +217,9 @@ def start(cfg: DictConfig, recipe, run_dir: Path, multirun: bool, chash: str) ->
 
 def execute(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bool) -> dict[str, Any]:
     """Runs the recipe and writes ``result.json`` whatever happens."""
-    import torch
-
     from plasticity.module import Diverged
 
-    quiet_libraries()
-    torch.set_num_threads(int(cfg.get("threads") or torch.get_num_threads()))
-    torch.set_float32_matmul_precision(cfg.get("matmul_precision", "highest"))
+    setup_process(cfg)
     record: dict[str, Any] = {**identity, "run_dir": str(run_dir)}
     chash = config_hash(cfg, recipe.sections)
     handler = start(cfg, recipe, run_dir, multirun, chash)

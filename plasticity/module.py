@@ -11,6 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils import get_total_norm
 from torch.optim.lr_scheduler import LambdaLR
+from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from plasticity.components import Selection
@@ -40,7 +41,12 @@ class FinetuneModule(L.LightningModule):
     single group, each of a combination such as ``mha+fc1``), ``grad_norm/head``,
     ``grad_norm/final_norm`` (when it trains) and ``grad_norm/<group>/block_<i>``.
     Logged at each validation: ``val/loss``, ``val/acc``; at test: ``test/loss``, ``test/acc``.
-    Accuracies are sample-weighted (micro). Checkpoints hold only trainable parameters.
+    Accuracies and losses are sample-weighted (micro). Checkpoints hold only trainable parameters.
+
+    Under DDP the numbers are those of one process with the same global batch: ``train/loss`` is
+    the mean over the ranks (their micro-batches are equal), the gradient norms are taken after
+    DDP's all-reduce (the same on every rank), and the evaluation metrics sum their counts and
+    weighted losses over the ranks' disjoint shards.
 
     Args:
         net: The model; parameters outside ``selection.trainable`` must already be frozen.
@@ -78,6 +84,8 @@ class FinetuneModule(L.LightningModule):
         self.eval_transform = eval_transform
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_loss = MeanMetric()  # weighted by batch size: the mean over every example
+        self.test_loss = MeanMetric()
         self.strict_loading = False  # checkpoints omit frozen weights
         self._loss_sum = torch.zeros(())
         self._loss_count = 0
@@ -100,6 +108,8 @@ class FinetuneModule(L.LightningModule):
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         loss = self._loss_sum / max(1, self._loss_count)
         self._loss_sum, self._loss_count = torch.zeros((), device=loss.device), 0
+        if self.trainer.world_size > 1:  # equal micro-batches on every rank: the mean of means is the mean
+            loss = self.trainer.strategy.reduce(loss, reduce_op="mean")
         if not torch.isfinite(loss):
             raise Diverged(f"training loss is {loss.item()} at step {self.global_step}")
         metrics = {"train/loss": loss, "lr": optimizer.param_groups[0]["lr"]}
@@ -128,20 +138,21 @@ class FinetuneModule(L.LightningModule):
                     norms[f"grad_norm/{g}/block_{block}"] = norm(n for n in in_block if n in members)
         return norms
 
-    def _eval_step(self, batch, stage: str, accuracy: MulticlassAccuracy) -> None:
+    def _eval_step(self, batch, stage: str, accuracy: MulticlassAccuracy, mean_loss: MeanMetric) -> None:
         images, labels = batch
         logits = self(images)
         loss = F.cross_entropy(logits, labels)
         accuracy(logits, labels)
         batch_size = labels.shape[0]
-        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, batch_size=batch_size)
+        mean_loss.update(loss.detach(), weight=batch_size)
+        self.log(f"{stage}/loss", mean_loss, on_step=False, on_epoch=True, batch_size=batch_size)
         self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, batch_size=batch_size, prog_bar=True)
 
     def validation_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch, "val", self.val_acc)
+        self._eval_step(batch, "val", self.val_acc, self.val_loss)
 
     def test_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch, "test", self.test_acc)
+        self._eval_step(batch, "test", self.test_acc, self.test_loss)
 
     def param_groups(self) -> list[dict]:
         """The trainable parameters as optimizer groups: one at the base learning rate (first, so

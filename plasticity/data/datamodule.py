@@ -3,24 +3,30 @@
 The train order is a function of (seed, epoch) (:class:`EpochBatchSampler`), so a run resumed at
 an epoch boundary replays the exact batches of an uninterrupted run. Crop, flip and
 normalisation run on the accelerator (:mod:`plasticity.data.augment`), except on the JPEG path.
+
+Under DDP each process takes a disjoint share of the same orders (the rank and world size come
+from the trainer; Lightning's own distributed sampler is off): of each global micro-step of
+``world_size x micro_batch_size`` examples, rank ``r`` takes the ``r``-th slice, and validation
+and test examples are split into disjoint contiguous shards that cover the set exactly once.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler, SequentialSampler
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from plasticity.data.images import FileDataset, eval_transform, train_transform
 from plasticity.data.sources import ArraySet, DataError, FileSet, check_severity, source
 from plasticity.data.spec import DataSpec, load_splits
 from plasticity.data.splits import Splits, expected_classes
 
-__all__ = ["DataModule", "EpochBatchSampler", "resolve_workers"]
+__all__ = ["DataModule", "EpochBatchSampler", "eval_batches", "resolve_workers"]
 
 log = logging.getLogger(__name__)
 
@@ -47,25 +53,57 @@ class _BatchDataset(Dataset):
 
 
 class EpochBatchSampler(Sampler):
-    """Shuffled batches of indices (last partial batch dropped), the order a function of (seed, epoch).
+    """Shuffled batches of indices, the order a function of (seed, epoch), sharded over processes.
 
+    The epoch's order is one permutation of ``n`` indices. Global micro-step ``k`` covers positions
+    ``[k W b, (k + 1) W b)`` of it (``W`` processes, ``b`` the micro-batch); rank ``r`` takes the
+    ``r``-th slice of ``b`` of them. The ranks are thus disjoint, and together see exactly what one
+    process with micro-batch ``W b`` sees; the last partial global micro-step is dropped.
     Lightning calls :meth:`set_epoch` at the start of every epoch, so a run resumed at an epoch
     boundary sees exactly the batches an uninterrupted run would.
+
+    Args:
+        n: Examples in the training set.
+        batch_size: Micro-batch of one process.
+        seed: Seed of the orders.
+        rank: This process's rank.
+        world_size: Processes of the run.
     """
 
-    def __init__(self, n: int, batch_size: int, seed: int) -> None:
+    def __init__(self, n: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
         self.n, self.batch_size, self.seed, self.epoch = n, batch_size, seed, 0
+        self.rank, self.world_size = rank, world_size
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self):
         order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch))
-        for start in range(0, len(self) * self.batch_size, self.batch_size):
+        step = self.batch_size * self.world_size
+        for start in range(self.rank * self.batch_size, len(self) * step, step):
             yield order[start:start + self.batch_size].tolist()
 
     def __len__(self) -> int:
-        return self.n // self.batch_size
+        return self.n // (self.batch_size * self.world_size)
+
+
+def eval_batches(n: int, batch_size: int, rank: int = 0, world_size: int = 1) -> list[list[int]]:
+    """The validation/test batches of one process: every example exactly once over all ranks.
+
+    One process: ``0..n-1`` in order, in batches of ``batch_size`` (the last one smaller). ``W``
+    processes: rank ``r`` takes the ``r``-th of ``W`` contiguous, nearly equal shards, cut into the
+    same number of batches on every rank (at most ``batch_size`` each; one fewer on the smaller shards
+    only when ``batch_size`` is 1), so the ranks stay in step and no example is padded or repeated.
+    """
+    if world_size == 1:
+        return [list(range(s, min(s + batch_size, n))) for s in range(0, n, batch_size)]
+    if n < world_size:
+        raise ValueError(f"{n} evaluation examples cannot be shared by {world_size} processes (each needs one)")
+    shard = np.array_split(np.arange(n), world_size)[rank]
+    count = math.ceil(math.ceil(n / world_size) / batch_size)  # batches of the largest shard
+    return [b.tolist() for b in np.array_split(shard, count) if len(b)]
 
 
 def resolve_workers(num_workers: int | str) -> int:
@@ -181,9 +219,18 @@ class DataModule(L.LightningDataModule):
             **kwargs,
         )
 
+    def _ranks(self) -> tuple[int, int]:
+        """(rank, world size) of this process in the trainer's run; (0, 1) without a trainer."""
+        trainer = getattr(self, "trainer", None)
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
     def train_dataloader(self) -> DataLoader:
         train = self._splits().train
-        sampler = EpochBatchSampler(len(train), self.micro_batch_size, self.seed)
+        rank, world = self._ranks()
+        if len(train) < self.micro_batch_size * world:
+            raise ValueError(f"{self.name}: {len(train)} training images < micro_batch_size {self.micro_batch_size} x "
+                             f"{world} processes; with drop_last there would be no training batch")
+        sampler = EpochBatchSampler(len(train), self.micro_batch_size, self.seed, rank, world)
         if isinstance(train, FileSet):
             transform = (train_transform(self.img_size, self.crop_scale, hflip=self.hflip) if self.augment
                          else eval_transform(self.img_size))
@@ -197,5 +244,5 @@ class DataModule(L.LightningDataModule):
         return self._eval_loader(self._splits().test)
 
     def _eval_loader(self, arrays: ArraySet) -> DataLoader:
-        batches = BatchSampler(SequentialSampler(range(len(arrays))), self.eval_batch_size, False)
+        batches = eval_batches(len(arrays), self.eval_batch_size, *self._ranks())
         return self._loader(_BatchDataset(arrays), batch_size=None, sampler=batches)

@@ -2,8 +2,13 @@
 
 Protocol (paper App. C.3): SGD, momentum 0.9, no weight decay, cosine decay over ``max_steps``
 (after ``warmup_steps`` of linear warmup), gradient clipping at global norm 1, effective batch
-``batch_size`` = micro-batch x accumulation. The reported number is the test accuracy of the
-checkpoint with the best validation accuracy.
+``batch_size`` = micro-batch x processes x accumulation. The reported number is the test accuracy
+of the checkpoint with the best validation accuracy.
+
+A run may use several processes (DDP: ``trainer.devices`` x ``trainer.num_nodes``, Lightning's
+``ddp`` strategy): ``task.batch_size`` stays the global batch, each process takes its share of
+the same epoch-seeded order (:class:`plasticity.data.datamodule.EpochBatchSampler`), and only
+rank 0 writes (checkpoints, metrics, weights; the record in :mod:`plasticity.job`).
 
 An interrupted run of the same config resumes from ``checkpoints/last.ckpt``; the metrics the
 interrupted part logged stay in ``metrics.part<k>.csv`` (the CSV logger starts a new file).
@@ -29,6 +34,7 @@ from plasticity.components import (
 )
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
+from plasticity.runs.ranks import announce
 from plasticity.runs.record import optimizer_name
 from plasticity.validate import (
     Problems,
@@ -41,6 +47,7 @@ from plasticity.validate import (
     is_number,
     positive_int,
     positive_number,
+    world_size,
 )
 
 if TYPE_CHECKING:
@@ -82,7 +89,7 @@ class Finetune(RecipeBase):
         check_dataset(cfg, p, cfg.dataset.name, trains=True)
         check_dataset_values(cfg.dataset, p)
         positive_number(p, "optimizer.lr", cfg.optimizer.get("lr"), "1e-2")
-        check_steps(cfg.task, p)
+        check_steps(cfg.task, p, world_size(cfg.get("trainer")) or 1)
         check_trainer(cfg, p, local)
         check_callbacks(cfg, p)
 
@@ -93,9 +100,20 @@ class Finetune(RecipeBase):
                 "component": tag(cfg), "optimizer": optimizer_name(cfg.optimizer.get("_target_", "?")),
                 "lr": float(lr) if isinstance(lr, (int, float)) else lr, "seed": cfg.seed}
 
+    follower_resume: str | None = None
+    """On a non-zero rank of a DDP run: the checkpoint rank 0 resumes from (set by the job)."""
+    is_global_zero: bool = True
+    """Whether this process writes the run's files (rank 0); set when training starts."""
+
+    @property
+    def world_size(self) -> int:
+        """Processes of the run: ``trainer.devices`` x ``trainer.num_nodes``."""
+        return world_size(self.cfg.trainer) or 1
+
     @property
     def accumulation(self) -> int:
-        return self.cfg.task.batch_size // self.cfg.task.micro_batch_size
+        """Micro-batches per optimizer step on each process: global batch / (micro-batch x processes)."""
+        return self.cfg.task.batch_size // (self.cfg.task.micro_batch_size * self.world_size)
 
     def setup_net(self) -> "torch.nn.Module":
         """The timm model with its head reset to the dataset's classes."""
@@ -239,10 +257,14 @@ class Finetune(RecipeBase):
 
         task = self.cfg.task
         # Under SLURM, submitit owns the preemption signal and requeues the job (resuming from
-        # last.ckpt); Lightning's own auto-requeue would fight it.
+        # last.ckpt); Lightning's own auto-requeue would fight it. The environment also gives the
+        # ranks of a DDP job from srun's tasks (SLURM_PROCID, SLURM_NTASKS).
         plugins = [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None
+        strategy = self.cfg.trainer.get("strategy", "auto")
         return hydra.utils.instantiate(
             self.cfg.trainer,
+            strategy="ddp" if strategy == "auto" and self.world_size > 1 else strategy,
+            use_distributed_sampler=False,  # the datamodule shards its own epoch-seeded order
             precision=precision(self.cfg.trainer),
             max_steps=task.max_steps,
             accumulate_grad_batches=self.accumulation,
@@ -271,6 +293,8 @@ class Finetune(RecipeBase):
         """
         import torch
 
+        if self.follower_resume is not None or not self.is_global_zero:
+            return self.follower_resume  # rank 0 decided (and kept the metrics)
         last = self.run_dir / CHECKPOINT_DIR / "last.ckpt"
         if not (self.cfg.get("resume", True) and last.is_file()):
             return None
@@ -298,7 +322,10 @@ class Finetune(RecipeBase):
         import lightning as L
         import torch
 
+        from plasticity.runs.ranks import is_rank_zero
+
         L.seed_everything(self.cfg.seed, workers=True, verbose=False)
+        self.is_global_zero = is_rank_zero()
         net = self.setup_net()
         datamodule = self.setup_data(net)
         datamodule.setup()
@@ -310,6 +337,8 @@ class Finetune(RecipeBase):
         checkpoint, callbacks = self.setup_callbacks()
         trainer = self.setup_trainer(callbacks, self.setup_loggers())
         self.log_config(trainer, counts, datamodule.split_hash)
+        if self.is_global_zero:  # the ranks Lightning starts next (or that srun started) follow this decision
+            announce(self.run_dir, "run", resume, num_nodes=int(self.cfg.trainer.get("num_nodes", 1)))
         start = time.perf_counter()
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
         train_s = time.perf_counter() - start
@@ -330,7 +359,8 @@ class Finetune(RecipeBase):
             "resumed": resume is not None,
             **self.strategy_fields(selection),
         }
-        if self.adapter and self.cfg.task.get("export_merged", False):
+        self.is_global_zero = trainer.is_global_zero
+        if self.adapter and self.cfg.task.get("export_merged", False) and self.is_global_zero:
             from plasticity.adapters import export_merged
 
             fields["weights_file"] = str(export_merged(module.net, self.run_dir / "weights.safetensors"))
@@ -348,8 +378,9 @@ class Finetune(RecipeBase):
         return {**fields, **getattr(self, "auto_record", {})}
 
 
-def check_steps(task: DictConfig, p: Problems) -> None:
-    """Steps, warmup, validation interval and batch sizes of a training task."""
+def check_steps(task: DictConfig, p: Problems, world: int = 1) -> None:
+    """Steps, warmup, validation interval and batch sizes of a training task (``world``: its
+    processes, ``trainer.devices`` x ``trainer.num_nodes``)."""
     ok = all([positive_int(p, f"task.{key}", task.get(key)) for key in
               ("max_steps", "val_every", "batch_size", "micro_batch_size", "eval_batch_size")])
     if not ok:
@@ -357,14 +388,32 @@ def check_steps(task: DictConfig, p: Problems) -> None:
     p.require(is_int(task.warmup_steps) and 0 <= task.warmup_steps < task.max_steps,
               f"task.warmup_steps={task.warmup_steps!r} must be an integer in [0, task.max_steps={task.max_steps}). "
               f"Fix: lower task.warmup_steps or raise task.max_steps.")
-    p.require(task.batch_size % task.micro_batch_size == 0,
-              f"the effective batch task.batch_size={task.batch_size} is not divisible by "
-              f"task.micro_batch_size={task.micro_batch_size}; gradient accumulation needs a whole number of "
-              f"micro-batches. Fix: a micro-batch that divides it (e.g. "
-              f"task.micro_batch_size={_largest_divisor(task.batch_size, task.micro_batch_size)}).")
+    if world == 1:
+        p.require(task.batch_size % task.micro_batch_size == 0,
+                  f"the effective batch task.batch_size={task.batch_size} is not divisible by "
+                  f"task.micro_batch_size={task.micro_batch_size}; gradient accumulation needs a whole number of "
+                  f"micro-batches. Fix: a micro-batch that divides it (e.g. "
+                  f"task.micro_batch_size={_largest_divisor(task.batch_size, task.micro_batch_size)}).")
+    else:
+        check_global_batch(task, p, world)
     p.require(task.val_every <= task.max_steps,
               f"task.val_every={task.val_every} exceeds task.max_steps={task.max_steps}: no validation would run and "
               f"no best checkpoint could be chosen. Fix: task.val_every<={task.max_steps}.")
+
+
+def check_global_batch(task: DictConfig, p: Problems, world: int) -> None:
+    """The global batch of a run of ``world`` processes is a whole number of micro-batches on each."""
+    per_step = task.micro_batch_size * world
+    if task.batch_size % per_step == 0:
+        return
+    if task.batch_size % world == 0:
+        fix = f"task.micro_batch_size={_largest_divisor(task.batch_size // world, task.micro_batch_size)}"
+    else:
+        fix = (f"a task.batch_size divisible by {per_step} (e.g. task.batch_size={per_step * max(1, round(task.batch_size / per_step))}), "
+               f"or a process count that divides {task.batch_size}")
+    p.add(f"the global batch task.batch_size={task.batch_size} is not divisible by task.micro_batch_size="
+          f"{task.micro_batch_size} x {world} processes (trainer.devices x trainer.num_nodes) = {per_step}: every "
+          f"optimizer step must be a whole number of micro-batches on each process. Fix: {fix}.")
 
 
 def _largest_divisor(n: int, below: int) -> int:

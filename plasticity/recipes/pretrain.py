@@ -44,6 +44,7 @@ class Pretrain(Finetune):
     def run(self) -> dict[str, Any]:
         fields, module = self.fit()
         weights = self.run_dir / WEIGHTS_FILE
-        # fit() tested the best-validation checkpoint, whose weights the module now holds.
-        save_weights(module.net.state_dict(), weights)
+        if self.is_global_zero:  # the other ranks of a DDP run hold the same weights and write nothing
+            # fit() tested the best-validation checkpoint, whose weights the module now holds.
+            save_weights(module.net.state_dict(), weights)
         return {**fields, "weights_file": str(weights)}

@@ -1,0 +1,117 @@
+"""Which process of a distributed (DDP) run this is, and rank 0's decision for the others.
+
+One run may use several processes (``trainer.devices`` x ``trainer.num_nodes``). They reach
+:func:`plasticity.job.run_job` in two ways:
+
+- **Lightning's launcher** (a plain ``python launch.py trainer.devices=2 ...``): rank 0 runs alone
+  until ``trainer.fit``, then starts ranks 1.. as new ``launch.py`` processes with ``LOCAL_RANK``
+  set (and ``NODE_RANK`` on other nodes). By then rank 0 has decided and exported its decision in
+  the environment the children inherit (:data:`DECISION_ENV`).
+- **srun** (``hydra/launcher=slurm`` with ``tasks_per_node`` > 1): every task runs the job at once,
+  ``SLURM_PROCID`` being its rank. Rank 0 writes its decision to ``<run_dir>/.ranks.json`` under the
+  job attempt's token (job id and requeue count); the others wait for it.
+
+Only rank 0 validates, takes the run's lock, inspects the run directory and writes records; the
+other ranks do what it decided: run (resuming from the same checkpoint) or stop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from plasticity.runs.io import read_json, write_json_atomic
+
+__all__ = ["DECISION_ENV", "DECISION_FILE", "announce", "await_decision", "global_rank", "is_rank_zero",
+           "slurm_tasks"]
+
+DECISION_ENV = "PLASTICITY_RANK0_DECISION"
+DECISION_FILE = ".ranks.json"
+WAIT_S = 1800.0
+"""How long a non-zero rank waits for rank 0's decision (rank 0 may first wait for a data check)."""
+
+
+def slurm_tasks() -> int:
+    """Tasks of the SLURM job step this process runs in (1 outside SLURM)."""
+    try:
+        return int(os.environ.get("SLURM_NTASKS", "1"))
+    except ValueError:
+        return 1
+
+
+def _env_int(name: str) -> int:
+    try:
+        return int(os.environ.get(name, "0"))
+    except ValueError:
+        return 0
+
+
+def global_rank() -> int:
+    """This process's rank before Lightning sets it: ``RANK`` (torchrun), ``SLURM_PROCID`` (an srun
+    task of a multi-task job), else non-zero when ``LOCAL_RANK`` or ``NODE_RANK`` is (Lightning's
+    launcher); a process outside any launcher is rank 0."""
+    if "RANK" in os.environ:
+        return _env_int("RANK")
+    if slurm_tasks() > 1 and "SLURM_PROCID" in os.environ:
+        return _env_int("SLURM_PROCID")
+    return max(_env_int("LOCAL_RANK"), 0) + max(_env_int("NODE_RANK"), 0)
+
+
+def is_rank_zero() -> bool:
+    """True in the process that owns the run directory (the only one in a single-process run)."""
+    return global_rank() == 0
+
+
+def _token() -> str | None:
+    """The launch attempt both ranks agree on without talking: the SLURM job and its requeue count,
+    else the rendezvous address (a launch by hand on several nodes)."""
+    if slurm_tasks() > 1 and os.environ.get("SLURM_JOB_ID"):
+        return f"slurm:{os.environ['SLURM_JOB_ID']}:{os.environ.get('SLURM_RESTART_COUNT', '0')}"
+    if os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        return f"env:{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+    return None
+
+
+def announce(run_dir: str | Path, action: str, resume: str | None = None, num_nodes: int = 1) -> None:
+    """Rank 0: tells the other ranks to ``run`` (from ``resume``, a checkpoint, or from scratch) or
+    to ``stop``.
+
+    Exported in the environment (processes Lightning starts later inherit it) and, for ranks
+    started beside it (srun tasks, or processes started by hand on other nodes: ``num_nodes`` > 1),
+    written to ``<run_dir>/.ranks.json``. A single-process run writes no file.
+    """
+    decision = {"action": action, "resume": resume, "run_dir": str(run_dir)}
+    os.environ[DECISION_ENV] = json.dumps(decision)
+    token = _token() if slurm_tasks() > 1 or num_nodes > 1 else None
+    if token is not None and Path(run_dir).is_dir():
+        write_json_atomic(Path(run_dir) / DECISION_FILE, {**decision, "token": token})
+
+
+def await_decision(run_dir: str | Path, timeout_s: float = WAIT_S) -> dict[str, Any]:
+    """A non-zero rank: rank 0's decision (``{"action": "run" | "stop", "resume": path | None}``).
+
+    Raises:
+        RuntimeError: no decision came within ``timeout_s``, or this process cannot know which
+            launch it belongs to; the message says how to launch the ranks.
+    """
+    inherited = os.environ.get(DECISION_ENV)
+    if inherited:
+        decision = json.loads(inherited)
+        if decision.get("run_dir") == str(run_dir):
+            return decision
+    token = _token()
+    if token is None:
+        raise RuntimeError(f"rank {global_rank()} of {run_dir} started without rank 0's decision: launch every rank "
+                           f"through Lightning (python launch.py trainer.devices=N) or srun "
+                           f"(hydra/launcher=slurm hydra.launcher.tasks_per_node=N).")
+    path, deadline = Path(run_dir) / DECISION_FILE, time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = read_json(path)
+        if found and found.get("token") == token:
+            return found
+        time.sleep(0.2)
+    raise RuntimeError(f"rank {global_rank()}: rank 0 wrote no decision for launch {token} to {path} within "
+                       f"{timeout_s:.0f} s. Fix: check rank 0's log (launch.log in {run_dir}).")
