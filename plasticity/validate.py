@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-__all__ = ["ConfigError", "KNOWN_KEYS", "Problems", "VALIDATED"]
+__all__ = ["ConfigError", "DDP_STRATEGIES", "KNOWN_KEYS", "Problems", "VALIDATED", "world_size"]
 
 VALIDATED: set[str] = set()
 """Run directories whose config this process already validated (the sweep callback checks before Hydra
@@ -33,6 +33,7 @@ TASK_OWNED_TRAINER = {
     "accumulate_grad_batches": "task.batch_size (effective) and task.micro_batch_size",
     "callbacks": "callbacks=<a conf/callbacks option>", "logger": "logger=<a conf/logger option>",
     "default_root_dir": "paths.output_dir", "plugins": "hydra/launcher=slurm (SLURM is handled by submitit)",
+    "use_distributed_sampler": "nothing: the datamodule shards the batches over trainer.devices x trainer.num_nodes",
 }
 """Trainer arguments the task sets itself (a ``+trainer.<key>`` would be ignored) -> where they live."""
 
@@ -153,6 +154,14 @@ def check_callbacks(cfg: DictConfig, p: Problems) -> None:
                   f"callbacks.{name} has options but no _target_: the {name} callback is not selected "
                   f"(callbacks={cfg.get('hydra', {}).get('runtime', {}).get('choices', {}).get('callbacks', 'none')}"
                   f" replaced it). Fix: callbacks={name}, or drop the callbacks.{name}.* overrides.")
+        downstream = node.get("downstream") if isinstance(node, DictConfig) else None
+        if downstream is not None:
+            check_dataset(cfg, p, downstream, key=f"callbacks.{name}.downstream")
+            classes = node.get("downstream_classes")
+            classes = list(classes) if isinstance(classes, ListConfig) else classes
+            count = len(classes) if isinstance(classes, list) else None
+            for problem in _classes_problems(downstream, classes, count):
+                p.add(problem.replace("dataset.classes", f"callbacks.{name}.downstream_classes"))
 
 
 def check_trainer(cfg: DictConfig, p: Problems, local: bool) -> None:
@@ -162,6 +171,7 @@ def check_trainer(cfg: DictConfig, p: Problems, local: bool) -> None:
     for key, where in TASK_OWNED_TRAINER.items():
         if key in trainer:
             p.add(f"trainer.{key}={trainer[key]!r} is set by the task and would be ignored. Fix: {where}.")
+    check_distributed(cfg, p)
     accelerator = str(trainer.get("accelerator", "auto"))
     if local and accelerator in ("gpu", "cuda"):
         import torch
@@ -170,6 +180,70 @@ def check_trainer(cfg: DictConfig, p: Problems, local: bool) -> None:
                   f"trainer.accelerator={accelerator!r} (trainer=gpu) needs CUDA, and this machine has no CUDA device. "
                   f"Fix: trainer=cpu here, trainer=default (picks the device), or run on a GPU node "
                   f"(hydra/launcher=slurm).")
+
+
+DDP_STRATEGIES = ("auto", "ddp")
+"""``trainer.strategy`` choices: ``auto`` (one process: none; several: Lightning's ``ddp``) or ``ddp``."""
+
+
+def world_size(trainer: Any) -> int | None:
+    """Processes of one run, ``trainer.devices`` x ``trainer.num_nodes`` (None when either is invalid).
+
+    ``devices`` is a count per node or a list of device indices (its length counts).
+    """
+    trainer = trainer or {}
+    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+    if isinstance(devices, (list, ListConfig)) and devices and all(is_int(d) and d >= 0 for d in devices):
+        devices = len(devices)
+    if not (is_int(devices) and devices > 0 and is_int(nodes) and nodes > 0):
+        return None
+    return devices * nodes
+
+
+def check_distributed(cfg: DictConfig, p: Problems) -> None:
+    """``trainer.devices``, ``trainer.num_nodes`` and ``trainer.strategy``, and a launcher that can
+    start the ranks of a run of several processes (Lightning's own, or srun under SLURM)."""
+    trainer = cfg.get("trainer") or {}
+    devices, nodes, strategy = trainer.get("devices", 1), trainer.get("num_nodes", 1), trainer.get("strategy", "auto")
+    p.require(world_size({"devices": devices}) is not None,
+              f"trainer.devices={devices!r} must be a positive number of processes per node (one per device) or a "
+              f"list of device indices; the global batch is divided among them. Fix: e.g. trainer.devices=2.")
+    positive_int(p, "trainer.num_nodes", nodes, " Fix: e.g. trainer.num_nodes=1.")
+    p.require(strategy in DDP_STRATEGIES,
+              f"trainer.strategy={strategy!r}; choices: {', '.join(DDP_STRATEGIES)} (auto: Lightning's ddp when "
+              f"trainer.devices x trainer.num_nodes > 1). Fix: trainer.strategy=ddp.")
+    world = world_size(trainer)
+    if world is None or world == 1:
+        return
+    mode, launcher = _launch_of(cfg)
+    target = str(launcher.get("_target_", "")) if launcher is not None else ""
+    if "slurm" in target.lower():
+        tasks, slurm_nodes = launcher.get("tasks_per_node", 1), launcher.get("nodes", 1)
+        p.require(tasks == world // nodes and slurm_nodes == nodes,
+                  f"trainer.devices={devices!r} x trainer.num_nodes={nodes!r} under SLURM needs one task per process: "
+                  f"hydra.launcher.tasks_per_node={tasks!r} and hydra.launcher.nodes={slurm_nodes!r} differ. Fix: "
+                  f"hydra.launcher.tasks_per_node={world // nodes} hydra.launcher.nodes={nodes} (and "
+                  f"hydra.launcher.gpus_per_node={world // nodes} on GPUs).")
+    elif mode == "MULTIRUN":
+        p.add(f"trainer.devices={devices!r} x trainer.num_nodes={nodes!r} in a multirun with the "
+              f"{target.rsplit('.', 1)[-1] or 'basic'} launcher: Lightning starts a run's other processes by re-running "
+              f"the command, which would re-run the whole sweep. Fix: launch such a run on its own (no -m), or "
+              f"hydra/launcher=slurm hydra.launcher.tasks_per_node={world // nodes}.")
+
+
+def _launch_of(cfg: DictConfig) -> tuple[str | None, Any]:
+    """Hydra's run mode (``RUN`` | ``MULTIRUN``) and launcher config, from the job config's ``hydra``
+    node (the launch's checks) or the running Hydra job. The sweep composes each job's config
+    without a mode: a ``hydra`` node without one is a multirun's job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if "hydra" in cfg:
+        mode = cfg.hydra.get("mode")
+        return (getattr(mode, "name", None) or "MULTIRUN"), cfg.hydra.get("launcher")
+    if not HydraConfig.initialized():
+        return None, None
+    running = HydraConfig.get()
+    return getattr(running.get("mode"), "name", None), running.get("launcher")
 
 
 _CACHE: dict[tuple, list[str]] = {}
@@ -228,6 +302,13 @@ def check_dataset_values(data: DictConfig, p: Problems) -> None:
     n = data.get("num_classes")
     p.require(n is None or (is_int(n) and n > 0),
               f"dataset.num_classes={n!r} must be a positive integer or null (the dataset's own).")
+    if data.get("classes") is not None:
+        classes = data.classes
+        classes = list(classes) if isinstance(classes, ListConfig) else classes
+        if p.require(isinstance(classes, list), f"dataset.classes={classes!r} must be a list of class indices or "
+                                                 f"null. Fix: e.g. dataset.classes=[5,6,7,8,9] dataset.num_classes=5."):
+            for problem in _classes_problems(data.name, classes, n):
+                p.add(problem)
     limit = data.get("limit")
     p.require(limit is None or (is_int(limit) and limit > 0),
               f"dataset.limit={limit!r} must be a positive number of training images or null (all).")
@@ -237,6 +318,13 @@ def check_dataset_values(data: DictConfig, p: Problems) -> None:
     for key in ("augment", "hflip", "download"):
         value = data.get(key)
         p.require(isinstance(value, bool), f"dataset.{key}={value!r} must be true or false.")
+
+
+def _classes_problems(name: str, classes: list, num_classes: Any) -> list[str]:
+    from plasticity.data import DATASETS
+    from plasticity.data.splits import check_classes
+
+    return check_classes(name, classes, num_classes) if name in DATASETS else []
 
 
 def _check_channels(p: Problems, key: str, value: Any, positive: bool) -> None:

@@ -30,7 +30,7 @@ def test_callback_logs_group_plasticity_equal_to_a_direct_measurement(micro_vit,
                             max_steps=4, warmup_steps=0, train_transform=tf(True), eval_transform=tf(False))
     callback = PlasticityCallback("fashion_mnist", every_n_steps=2, n_pairs=24, batch_size=10)
     logger = L.pytorch.loggers.CSVLogger(tmp_path, name="", version="")
-    trainer = L.Trainer(accelerator="cpu", max_steps=4, logger=logger, callbacks=[callback],
+    trainer = L.Trainer(accelerator="cpu", max_steps=4, logger=logger, callbacks=[callback], default_root_dir=tmp_path,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=0, num_sanity_val_steps=0)
     trainer.fit(module, datamodule=dm)
@@ -121,3 +121,74 @@ def test_callback_config_takes_its_data_from_the_run() -> None:
     callback = hydra.utils.instantiate(node)
     assert isinstance(callback, PlasticityCallback) and callback.reference == "imagenet"
     assert callback.groups == GROUPS and len(GROUPS) == 5
+
+
+# ----------------------------------------------------------------------------- during pretraining
+
+
+def test_pretraining_writes_the_csv_from_the_random_init(tmp_path) -> None:
+    """task=pretrain: every weight trains, the downstream images come from the held-out classes of
+    another dataset; the CSV's step 0 equals a direct measurement of the random init, and a
+    restored callback keeps its rows and does not measure the same step twice."""
+    import copy
+    import csv
+
+    data_dir = write_fashion_mnist(tmp_path / "data", n_train=200, n_test=100)
+    spec = DataSpec("fashion_mnist", str(data_dir), img_size=28, classes=(0, 1, 2, 3, 4), num_classes=5)
+    dm = DataModule(spec, micro_batch_size=16, seed=0)
+    torch.manual_seed(0)
+    net = create_model("vit_micro_patch7_28", 5, depth=2)
+    init = copy.deepcopy(net).eval()
+    tf = lambda train: DeviceTransform(28, [0.5] * 3, [0.5] * 3, train=train)  # noqa: E731
+    module = FinetuneModule(net, select(net, "all"), 5, functools.partial(torch.optim.AdamW, lr=1e-2),
+                            max_steps=4, warmup_steps=0, train_transform=tf(True), eval_transform=tf(False))
+    callback = PlasticityCallback("fashion_mnist", every_n_steps=2, n_pairs=24, batch_size=10,
+                                  downstream="fashion_mnist_c/snow", downstream_classes=[5, 6, 7, 8, 9])
+    trainer = L.Trainer(accelerator="cpu", max_steps=4, logger=False, callbacks=[callback], default_root_dir=tmp_path,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, num_sanity_val_steps=0)
+    trainer.fit(module, datamodule=dm)
+
+    with open(tmp_path / "plasticity_during_training.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["step", "group", "block", "mean"]
+    assert sorted({int(r["step"]) for r in rows}) == [0, 2, 4]
+    assert len(rows) == 3 * 5 * (2 + 1)  # steps x groups x (2 blocks + their mean)
+    # the downstream half: the snow set's validation images of classes 5-9 only
+    snow = load_splits(DataSpec("fashion_mnist_c/snow", str(data_dir), img_size=28))
+    held_out = snow.val.images[snow.val.labels >= 5]
+    ri, di = callback.pair_indices
+    assert torch.equal(callback.pairs[1], torch.from_numpy(held_out[di]).permute(0, 3, 1, 2))
+    ref = load_splits(DataSpec("fashion_mnist", str(data_dir))).test
+    assert torch.equal(callback.pairs[0], torch.from_numpy(ref.images[ri]).permute(0, 3, 1, 2))
+    x, y = callback.pairs
+    batches = (tf(False)(torch.cat([x[i:i + 10], y[i:i + 10]])) for i in range(0, 24, 10))
+    direct = measure(init, batches).summary()
+    at = {(int(r["step"]), r["group"], r["block"]): float(r["mean"]) for r in rows}
+    for r in direct:
+        assert at[(0, r["group"], str(r["block"]))] == pytest.approx(r["mean"], rel=1e-5)
+    for g in GROUPS:
+        assert at[(0, g, "all")] == pytest.approx(np.mean([r["mean"] for r in direct if r["group"] == g]), rel=1e-6)
+        assert at[(4, g, "all")] != pytest.approx(at[(0, g, "all")], rel=1e-3)  # the weights moved
+
+    restored = PlasticityCallback("fashion_mnist", every_n_steps=2)
+    restored.load_state_dict(callback.state_dict())
+    assert restored.rows == callback.rows and restored._last_step == 4
+
+
+def test_downstream_classes_are_checked_before_compute() -> None:
+    from hydra import compose, initialize_config_dir
+
+    from plasticity.recipes import validate
+
+    conf = str(Path(__file__).resolve().parents[1] / "conf")
+    with initialize_config_dir(conf, version_base=None):
+        cfg = compose("config", overrides=[
+            "task=pretrain", "model=vit_micro", "dataset=fashion_mnist", "dataset.classes=[0,1,11]",
+            "dataset.num_classes=3", "callbacks=plasticity", "callbacks.plasticity.reference=fashion_mnist",
+            "callbacks.plasticity.downstream=fashion_mnist_c/snw", "callbacks.plasticity.downstream_classes=[5,5]"],
+            return_hydra_config=True)
+    problems = "\n".join(validate(cfg, local=True))
+    assert "dataset.classes=[0, 1, 11] must be distinct class indices in 0..9 of fashion_mnist" in problems
+    assert "callbacks.plasticity.downstream='fashion_mnist_c/snw' is not a dataset. Did you mean fashion_mnist_c/snow?" \
+        in problems
