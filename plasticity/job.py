@@ -36,7 +36,7 @@ from rich.markup import escape
 from plasticity.console import console, job_overrides, print_config_tree, print_problems, run_line
 from plasticity.errors import USER_ERRORS
 from plasticity.runs import CONFIG_FILE, RESULT_FILE, STARTED_FILE, RunLock, config_hash, write_json_atomic
-from plasticity.runs.ranks import announce, await_decision, global_rank, is_rank_zero
+from plasticity.runs.ranks import announce, await_decision, conclude, global_rank, is_rank_zero
 from plasticity.runs.state import archive_run, clear_stale, conflict_message, inspect_run
 from plasticity.validate import VALIDATED
 
@@ -128,7 +128,7 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
     try:
         return own_run(cfg, recipe, run_dir, identity, multirun)
     finally:
-        announce(run_dir, "stop", num_nodes=nodes)  # ranks still waiting (no training started) stop too
+        conclude(run_dir, num_nodes=nodes)  # ranks still waiting (no training started) stop too
         lock.release()
 
 

@@ -131,12 +131,15 @@ class Composer:
 
 
 def plan(config: DictConfig, config_name: str | None) -> list[Job]:
-    """Every job of the multirun with its composed config and run directory."""
+    """Every job of the multirun with its composed config and run directory. The launcher is the
+    launch's (``hydra/launcher=...`` is a Hydra override, not a job's): each job's config gets it."""
     composer = Composer(config_name, set(config.hydra.runtime.choices.keys()))
     jobs = []
     for num, overrides in enumerate(expand(config)):
         try:
             cfg = composer.compose(overrides)
+            with open_dict(cfg.hydra):
+                cfg.hydra.launcher = config.hydra.launcher
             run_dir = Path(os.path.abspath(f"{cfg.hydra.sweep.dir}/{cfg.hydra.sweep.subdir}"))
             jobs.append(Job(num, overrides, cfg, run_dir))
         except Exception as err:  # a value that does not fit its key: reported with the others

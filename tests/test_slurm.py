@@ -432,3 +432,46 @@ def test_failed_and_killed_jobs_are_recorded_and_the_others_finish(slurm_cluster
     assert f"job {record['job_id']} ended without a result (state FAILED" in record["error"]
     assert f"{record['job_id']}_0_log.err" in record["error"]  # names the job's logs
     assert {row["State"] for row in slurm_cluster.accounting(record["job_id"])} == {"FAILED"}
+
+
+# ------------------------------------------------------------------ one run as 2 ranks through srun
+
+DDP_ENV = ("LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PLASTICITY_RANK0_DECISION")
+# 160 train images: 10 global steps of 16 an epoch, last.ckpt at every epoch end; long enough that
+# the requeue lands between the first checkpoint and the end.
+DDP_RUN = ["component=fc1", "task.max_steps=200", "task.val_every=10", "task.batch_size=16", "dataset.augment=false"]
+
+
+@pytest.mark.slow
+def test_ddp_job_runs_as_two_srun_ranks_and_resumes_after_a_requeue(slurm_cluster, data_dir, tmp_path):
+    """``hydra.launcher.tasks_per_node=2``: srun starts 2 ranks, Lightning's SLURM environment joins
+    them (gloo); the job is requeued past its first checkpoint and ends like one process with the
+    same global batch (micro-batch 8 on each of 2 ranks against 16 on one: were rank 1 not in the
+    gradient all-reduce, rank 0 would see half the batches and the weights would differ)."""
+    for name in DDP_ENV:
+        os.environ.pop(name, None)
+    reference = start(slurm_cluster, tmp_path / "one", data_dir, *DDP_RUN, "task.micro_batch_size=16", slurm=False)
+    ddp = start(slurm_cluster, tmp_path / "ddp", data_dir, *DDP_RUN, "task.micro_batch_size=8", "trainer=cpu",
+                "trainer.devices=2", "trainer.strategy=ddp", tasks_per_node=2, cpus_per_task=1)
+    found = holder(run_dir(tmp_path / "ddp"), LAUNCH_TIMEOUT_S, ddp, need_ckpt=True)
+    assert found is not None, (tmp_path / "ddp" / "launch.out").read_text()[-3000:]
+    slurm_cluster.run("scontrol", "requeue", found["slurm_job"])
+    code, out = finish(ddp, tmp_path / "ddp")
+    assert code == 0, out[-3000:]
+    assert finish(reference, tmp_path / "one")[0] == 0
+    assert re.search(r"\bRestarts=1\b", slurm_cluster.show(found["slurm_job"]))
+    job = only_job(tmp_path / "ddp")
+    folder = tmp_path / "ddp" / "outputs" / ".submitit" / job
+    rank1 = (folder / f"{job}_1_log.out").read_text() + (folder / f"{job}_1_log.err").read_text()
+    assert "global_rank=1(2)" in rank1 and "creating model" in rank1  # srun's second task built the model
+    assert "done  best val" in (folder / f"{job}_0_log.out").read_text() and "done  best val" not in rank1
+    run, one = run_dir(tmp_path / "ddp"), run_dir(tmp_path / "one")
+    record = result(run)
+    assert record["status"] == "done" and record["resumed"] is True and "done 1 (skipped 0)" in out
+    assert sorted(p.name for p in run.glob("result.json")) == ["result.json"] and not (run / ".ranks.json").exists()
+    expected = result(one)
+    for key in ("best_val_acc", "test_acc", "best_step", "steps"):
+        assert record[key] == expected[key], key
+    assert record["test_loss"] == pytest.approx(expected["test_loss"], rel=1e-5)
+    wa, wb = weights(run), weights(one)
+    assert wa.keys() == wb.keys() and all(torch.allclose(wa[k], wb[k], rtol=1e-4, atol=1e-6) for k in wa)

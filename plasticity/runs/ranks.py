@@ -25,7 +25,7 @@ from typing import Any
 
 from plasticity.runs.io import read_json, write_json_atomic
 
-__all__ = ["DECISION_ENV", "DECISION_FILE", "announce", "await_decision", "global_rank", "is_rank_zero",
+__all__ = ["DECISION_ENV", "DECISION_FILE", "announce", "await_decision", "global_rank", "is_rank_zero", "conclude",
            "slurm_tasks"]
 
 DECISION_ENV = "PLASTICITY_RANK0_DECISION"
@@ -88,6 +88,16 @@ def announce(run_dir: str | Path, action: str, resume: str | None = None, num_no
     token = _token() if slurm_tasks() > 1 or num_nodes > 1 else None
     if token is not None and Path(run_dir).is_dir():
         write_json_atomic(Path(run_dir) / DECISION_FILE, {**decision, "token": token})
+
+
+def conclude(run_dir: str | Path, num_nodes: int = 1) -> None:
+    """Rank 0, when its job ends: after a run every rank took part in (it announced ``run``), the
+    decision file is removed; otherwise ranks may still be waiting, and are told to ``stop``."""
+    last = json.loads(os.environ.get(DECISION_ENV) or "{}")
+    if last.get("run_dir") == str(run_dir) and last.get("action") == "run":
+        Path(run_dir, DECISION_FILE).unlink(missing_ok=True)
+    else:
+        announce(run_dir, "stop", num_nodes=num_nodes)
 
 
 def await_decision(run_dir: str | Path, timeout_s: float = WAIT_S) -> dict[str, Any]:
