@@ -72,7 +72,7 @@ run: setup data
 test: setup
 	-@$(MAKE) --no-print-directory data 2>/dev/null || echo "(no Fashion-MNIST: tests use fixtures)"
 	-@$(MAKE) --no-print-directory slurm || echo "(no SLURM packages: the SLURM tests skip)"
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not gpu" -n 2 --dist loadgroup
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not gpu" -n 2 --dist loadfile
 
 test-gpu: setup
 	$(PY) -m pytest -q -m gpu

@@ -16,10 +16,6 @@ from tests.slurm_cluster import slurm_cluster  # noqa: E402,F401  (the session's
 torch.set_num_threads(1)
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "xdist_group(name): tests one pytest-xdist worker runs (--dist loadgroup)")
-
-
 @pytest.fixture
 def micro_vit():
     """A random-init 2-block ViT for 28x28 images (the quickstart's architecture, shallower)."""

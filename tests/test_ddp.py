@@ -36,8 +36,6 @@ COMMON = ["component=mha", "dataset.augment=false", "task.max_steps=30", "task.w
 ONE = ["task.micro_batch_size=16"]
 TWO = ["task.micro_batch_size=8", "trainer.devices=2"]
 
-pytestmark = pytest.mark.xdist_group("ddp")
-
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -8,7 +8,7 @@ the result of an uninterrupted run, a failing and a hard-killed job, and re-subm
 runs that are not done (with the dry run's split).
 
 The jobs are CPU runs of a 2-block micro ViT; most of their time is Python's imports. One worker
-owns the cluster (``xdist_group``, run with ``--dist loadgroup``).
+owns the cluster: ``make test`` runs each test file on one pytest-xdist worker (``--dist loadfile``).
 """
 
 from __future__ import annotations
@@ -31,8 +31,6 @@ import torch
 from plasticity.runs.lock import lock_holder
 from tests.fixtures import write_fashion_mnist
 from tests.slurm_cluster import PARTITION
-
-pytestmark = pytest.mark.xdist_group("slurm")
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_TIMEOUT_S = 420
