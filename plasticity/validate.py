@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -107,6 +107,12 @@ def positive_int(p: Problems, key: str, value: Any, hint: str = "") -> bool:
 def positive_number(p: Problems, key: str, value: Any, example: str) -> bool:
     ok = is_number(value) and math.isfinite(value) and value > 0
     return p.require(ok, f"{key}={value!r} must be a finite positive number. Fix: e.g. {key}={example}.")
+
+
+def one_of(p: Problems, key: str, value: Any, choices: Iterable[str], fix: str) -> bool:
+    """``value`` is one of ``choices``; else the problem names the key, the value, the choices and ``fix``."""
+    choices = tuple(choices)
+    return p.require(value in choices, f"{key}={value!r}; choices: {', '.join(choices)}. Fix: {fix}")
 
 
 def closest(key: str, choices: list[str] | tuple[str, ...]) -> str | None:

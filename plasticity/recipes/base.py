@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
 from omegaconf import DictConfig
 
-from plasticity.validate import Problems, check_dataset, check_dataset_values, check_model, check_seed, positive_int
+from plasticity.validate import (
+    Problems,
+    check_dataset,
+    check_dataset_values,
+    check_model,
+    check_seed,
+    one_of,
+    positive_int,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -70,8 +78,7 @@ class AnalysisRecipe(RecipeBase):
         check_dataset_values(cfg.dataset, p)
         for key in ("n_pairs", "batch_size"):
             positive_int(p, f"task.{key}", task[key])
-        p.require(task.pairing in PAIRINGS, f"task.pairing={task.pairing!r}; choices: {', '.join(PAIRINGS)}. "
-                                            f"Fix: task.pairing=sequential (the official code's).")
+        one_of(p, "task.pairing", task.pairing, PAIRINGS, "task.pairing=sequential (the official code's).")
         p.require(task.precision in ("32-true", "bf16-mixed"),
                   f"task.precision={task.precision!r}; choices: 32-true, bf16-mixed.")
 

@@ -36,6 +36,7 @@ from plasticity.validate import (
     check_dataset_values,
     check_model,
     is_number,
+    one_of,
     positive_int,
     positive_number,
 )
@@ -274,12 +275,10 @@ def check_probe_task(task: DictConfig, p: Problems, local: bool = True) -> None:
     """Every ``task.*`` value of the probe: choices, positive numbers, the grid, the device."""
     from plasticity.probe import FEATURES, POOLS
 
-    p.require(task.get("features") in FEATURES,
-              f"task.features={task.get('features')!r}; choices: {', '.join(FEATURES)}. "
-              f"Fix: task.features=block_output (the last block's output, as the official code).")
-    p.require(task.get("pool") in POOLS,
-              f"task.pool={task.get('pool')!r}; choices: {', '.join(POOLS)}. "
-              f"Fix: task.pool=mean (every token, as the official code) or task.pool=cls.")
+    one_of(p, "task.features", task.get("features"), FEATURES,
+           "task.features=block_output (the last block's output, as the official code).")
+    one_of(p, "task.pool", task.get("pool"), POOLS,
+           "task.pool=mean (every token, as the official code) or task.pool=cls.")
     positive_number(p, "task.C", task.get("C"), "1.0")
     p.require(isinstance(task.get("select_c"), bool),
               f"task.select_c={task.get('select_c')!r} must be true or false. Fix: task.select_c=true to choose C "
@@ -288,12 +287,9 @@ def check_probe_task(task: DictConfig, p: Problems, local: bool = True) -> None:
     positive_int(p, "task.max_iter", task.get("max_iter"), " Fix: e.g. task.max_iter=5000.")
     positive_number(p, "task.tol", task.get("tol"), "1e-4")
     positive_int(p, "task.batch_size", task.get("batch_size"), " Fix: e.g. task.batch_size=256.")
-    p.require(task.get("precision") in PRECISIONS,
-              f"task.precision={task.get('precision')!r}; choices: {', '.join(PRECISIONS)}. "
-              f"Fix: task.precision=auto (bf16-mixed on CUDA, 32-true on the CPU).")
-    p.require(task.get("dtype") in DTYPES,
-              f"task.dtype={task.get('dtype')!r}; choices: {', '.join(DTYPES)}. "
-              f"Fix: task.dtype=float64 (the regression's dtype; matches sklearn).")
+    one_of(p, "task.precision", task.get("precision"), PRECISIONS,
+           "task.precision=auto (bf16-mixed on CUDA, 32-true on the CPU).")
+    one_of(p, "task.dtype", task.get("dtype"), DTYPES, "task.dtype=float64 (the regression's dtype; matches sklearn).")
     check_device(task.get("device"), p, local)
 
 

@@ -20,7 +20,7 @@ from omegaconf import DictConfig
 from plasticity.components import GROUPS
 from plasticity.recipes import register
 from plasticity.recipes.base import AnalysisRecipe
-from plasticity.validate import Problems
+from plasticity.validate import Problems, one_of
 
 log = logging.getLogger(__name__)
 CSV_COLUMNS = ("group", "block", "depth_pct", "mean", "std", "ci95_low", "ci95_high", "n_pairs", "distinct_pairs",
@@ -38,8 +38,7 @@ class Plasticity(AnalysisRecipe):
         from plasticity.measure import MODES
 
         super().validate(cfg, p, local)
-        p.require(cfg.task.mode in MODES, f"task.mode={cfg.task.mode!r}; choices: {', '.join(MODES)}. "
-                                          f"Fix: task.mode=embedding (the paper's numbers).")
+        one_of(p, "task.mode", cfg.task.mode, MODES, "task.mode=embedding (the paper's numbers).")
         for group in cfg.task.get("groups", []):
             p.require(group in GROUPS, f"task.groups has {group!r}; choices: {', '.join(GROUPS)}.")
 
