@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import logging
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ import torch
 from plasticity.components import GROUPS
 from plasticity.data import DataSpec, load_splits
 from plasticity.measure import measure, pair_indices
-from plasticity.runs.io import atomic_path
+from plasticity.runs.io import write_csv_atomic
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +175,4 @@ class PlasticityCallback(L.Callback):
 
     def write(self, path: Path) -> None:
         """Every measurement so far as ``step,group,block,mean`` rows, written atomically."""
-        with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=["step", "group", "block", "mean"])
-            writer.writeheader()
-            writer.writerows(self.rows)
+        write_csv_atomic(path, self.rows, ("step", "group", "block", "mean"))

@@ -58,21 +58,16 @@ def headline(out) -> None:
     """Prints the report's average accuracy per configuration (Table 6's last row; a configuration
     run on fewer targets than the others is named with its count) and the claims' verdicts, read
     back from the CSVs it wrote (nothing when they are absent)."""
-    import csv
     from pathlib import Path
 
     from rich.table import Table
 
     from plasticity.console import console
     from plasticity.report.tables import AVERAGE
-    def read_csv_rows(path: Path) -> list[dict]:
-        if not path.is_file():
-            return []
-        with open(path, newline="") as f:
-            return list(csv.DictReader(f))
+    from plasticity.runs.io import read_csv
 
     con = console()
-    rows = read_csv_rows(Path(out) / "table6.csv")
+    rows = read_csv(Path(out) / "table6.csv")
     targets: dict[str, int] = {}
     for r in rows:
         if r["dataset"] != AVERAGE:
@@ -84,7 +79,7 @@ def headline(out) -> None:
             f"{r['label']} {float(r['mean']):.2f}" for r in average if targets.get(r["label"]) == n)
             + "".join(f"; {r['label']} {float(r['mean']):.2f} on {targets.get(r['label'], 0)}"
                       for r in average if targets.get(r["label"]) != n), highlight=False)
-    claims = [r for r in read_csv_rows(Path(out) / "claims.csv") if r.get("level") == "claim"]
+    claims = [r for r in read_csv(Path(out) / "claims.csv") if r.get("level") == "claim"]
     if claims:
         table = Table(title="the paper's claims on this sweep (claims.csv)")
         for column in ("claim", "verdict", "value", "p", "n"):

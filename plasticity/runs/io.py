@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-__all__ = ["atomic_path", "read_json", "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = ["atomic_path", "read_csv", "read_json", "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
 
 
 @contextmanager
@@ -62,6 +62,15 @@ def write_csv_atomic(path: str | Path, rows: list[dict], columns: Iterable[str])
         writer.writeheader()
         for row in rows:
             writer.writerow({k: _cell(row.get(k)) for k in columns})
+
+
+def read_csv(path: str | Path) -> list[dict[str, str]]:
+    """A CSV file's rows as strings (a file :func:`write_csv_atomic` wrote); ``[]`` when it is missing."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def _cell(value: Any) -> Any:

@@ -10,11 +10,12 @@ same W&B run.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
+
+from plasticity.runs.io import read_csv
 
 __all__ = ["TABLES", "log_report", "report_group"]
 
@@ -23,9 +24,8 @@ TABLES = ("claims", "table6", "table1", "relative_gain", "strategies", "plastici
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """A CSV file's rows, numbers as floats where they parse, empty cells as None."""
-    with path.open(newline="") as f:
-        return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    """A CSV file's rows, numbers as floats where they parse, empty cells as None (``[]`` when missing)."""
+    return [{k: _number(v) for k, v in row.items()} for row in read_csv(path)]
 
 
 def _number(text: str) -> Any:
@@ -57,15 +57,14 @@ def log_report(cfg: DictConfig, report_dir: str | Path, sweep_dir: str | Path) -
     from plasticity.tracking.logger import open_run, table
 
     report_dir, sweep_dir = Path(report_dir), Path(sweep_dir)
-    runs = read_rows(report_dir / "runs.csv") if (report_dir / "runs.csv").is_file() else []
+    runs = read_rows(report_dir / "runs.csv")
     key = f"report:{sweep_dir.resolve()}"
     run = open_run(cfg, {"task": "report", "sweep_dir": str(sweep_dir.resolve())}, report_dir,
                    job_type="report", group=report_group(runs, sweep_dir), id=run_id(key),
                    name=f"report/{sweep_dir.resolve().name}", tags=["report"])
     payload: dict[str, Any] = {}
     for name in TABLES:
-        path = report_dir / f"{name}.csv"
-        if path.is_file() and (rows := read_rows(path)):
+        if rows := read_rows(report_dir / f"{name}.csv"):
             payload[name] = table(rows)
     for image in sorted(report_dir.glob("*.png")):
         payload[f"figures/{image.stem}"] = wandb.Image(str(image))
