@@ -16,6 +16,15 @@ from tests.slurm_cluster import slurm_cluster  # noqa: E402,F401  (the session's
 torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """Fashion-MNIST in its real idx format, 200 train and 100 test images, one copy per test module
+    (a module that needs other sizes defines its own ``data_dir``)."""
+    from tests.fixtures import write_fashion_mnist
+
+    return write_fashion_mnist(tmp_path_factory.mktemp("data"), n_train=200, n_test=100)
+
+
 @pytest.fixture
 def micro_vit():
     """A random-init 2-block ViT for 28x28 images (the quickstart's architecture, shallower)."""

@@ -21,8 +21,6 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
-from tests.fixtures import write_fashion_mnist
-
 ROOT = Path(__file__).resolve().parents[1]
 REL = 1e-5
 LAUNCHER_VARS = ("LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
@@ -85,11 +83,6 @@ def files(root: Path) -> list[str]:
 def max_rel(a: dict[int, float], b: dict[int, float]) -> float:
     assert a.keys() == b.keys() and a, (sorted(a), sorted(b))
     return max(abs(a[k] - b[k]) / max(abs(a[k]), 1e-12) for k in a)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_fashion_mnist(tmp_path_factory.mktemp("data"), n_train=200, n_test=100)
 
 
 @pytest.fixture(scope="module")

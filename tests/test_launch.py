@@ -12,15 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.fixtures import write_fashion_mnist
-
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["debug=tiny"]  # conf/debug/tiny.yaml: 2-block micro ViT, 4 steps of 16 images, CPU
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_fashion_mnist(tmp_path_factory.mktemp("data"), n_train=200, n_test=100)
 
 
 ANALYSIS = ["debug=analysis"]

@@ -29,7 +29,6 @@ import pytest
 import torch
 
 from plasticity.runs.lock import lock_holder
-from tests.fixtures import write_fashion_mnist
 from tests.slurm_cluster import PARTITION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,11 +138,6 @@ def assert_same_run(a: Path, b: Path) -> None:
         assert ra[key] == rb[key], key
     wa, wb = weights(a), weights(b)
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_fashion_mnist(tmp_path_factory.mktemp("data"), n_train=200, n_test=100)
 
 
 # ------------------------------------------------------------------- the filter, without a cluster

@@ -20,7 +20,6 @@ from plasticity.components import (
 )
 from plasticity.data.augment import DeviceTransform
 from plasticity.module import FinetuneModule
-from tests.fixtures import write_fashion_mnist
 from tests.test_launch import launch, result, run_dir
 from tests.test_module import loader, trainer
 
@@ -165,11 +164,6 @@ def test_auto_budget_takes_the_most_plastic_units_that_fit(micro_vit):
 
 
 # --- end to end ------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_fashion_mnist(tmp_path_factory.mktemp("data"), n_train=200, n_test=100)
-
 
 @pytest.mark.slow
 def test_combination_with_blocks_and_lr_scale_runs_to_a_done_record(tmp_path, data_dir, micro_vit):

@@ -12,16 +12,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from tests.fixtures import write_fashion_mnist
-
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
 BUILT = "creating model"  # logged by plasticity.models.create_model: never printed by a rejected launch
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_fashion_mnist(tmp_path_factory.mktemp("data"), n_train=200, n_test=100)
 
 
 def command(data_dir, *overrides, multirun=False, base=("debug=tiny",)):

@@ -19,17 +19,11 @@ from plasticity import run_id
 from plasticity.tracking import SUMMARY_KEYS
 from plasticity.tracking.runfile import payloads, read_run, run_files
 from plasticity.tracking.sync import offline_runs
-from tests.fixtures import write_fashion_mnist
 from tests.test_launch import ROOT, TINY, launch, result, run_dir
 
 WANDB = ["logger=wandb"]
 PLASTICITY = ["callbacks=plasticity", "callbacks.plasticity.reference=fashion_mnist",
               "callbacks.plasticity.every_n_steps=2", "callbacks.plasticity.n_pairs=16"]
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return write_fashion_mnist(tmp_path_factory.mktemp("data"), n_train=200, n_test=100)
 
 
 @pytest.fixture(scope="module")
