@@ -34,6 +34,8 @@ MUNGE_KEY = Path("/etc/munge/munge.key")
 CLUSTER = "plasticity"
 PARTITION = "debug"
 START_TIMEOUT_S = 60
+LIVE_STATES = {"PENDING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING",
+               "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT"}
 
 
 def which(name: str) -> str | None:
@@ -268,15 +270,33 @@ class Cluster:
         out = self.run("sacct", "-n", "-X", "-P", "-a", "-S", "2000-01-01", "-o", "JobID")
         return {line.strip() for line in out.splitlines() if line.strip()}
 
-    def accounting(self, job: str) -> list[dict[str, str]]:
-        """sacct's rows of ``job`` (every requeued part with ``-D``): JobID, State, Start, End, Restarts."""
+    def accounting(self, job: str, timeout_s: float = 60) -> list[dict[str, str]]:
+        """sacct's rows of ``job`` (every requeued part with ``-D``) once all of them have ended.
+
+        A job's result file is written before its process exits, and slurmctld hands the end to
+        slurmdbd after that: a sweep can finish while sacct still says RUNNING. This waits (up to
+        ``timeout_s``) until no row is in a live state, then returns JobID, State, Start, End, ExitCode.
+        """
         keys = ("JobID", "JobIDRaw", "State", "Start", "End", "ExitCode")
-        out = self.run("sacct", "-n", "-X", "-P", "-D", "-j", job, "-o", ",".join(keys))
-        return [dict(zip(keys, line.split("|"))) for line in out.splitlines() if line.strip()]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            out = self.run("sacct", "-n", "-X", "-P", "-D", "-j", job, "-o", ",".join(keys))
+            rows = [dict(zip(keys, line.split("|"))) for line in out.splitlines() if line.strip()]
+            if (rows and not any(row["State"].split()[0] in LIVE_STATES for row in rows)) \
+                    or time.monotonic() > deadline:
+                return rows
+            time.sleep(0.5)
 
     def queued(self) -> str:
         """squeue's pending and running jobs (empty when none)."""
         return self.run("squeue", "-h", "-t", "PENDING,RUNNING,COMPLETING,REQUEUED", "-o", "%i %T").strip()
+
+    def wait_idle(self, timeout_s: float = 60) -> str:
+        """Waits until no job is queued or running (a finished sweep's jobs may still be exiting)."""
+        deadline = time.monotonic() + timeout_s
+        while (queued := self.queued()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return queued
 
     def show(self, job: str) -> str:
         return self.run("scontrol", "show", "job", job)

@@ -204,6 +204,7 @@ def finished_grid(slurm_cluster, data_dir, tmp_path_factory) -> Grid:
     before = slurm_cluster.job_ids()
     proc = launch(slurm_cluster, cwd, data_dir, *GRID, array_parallelism=2)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert slurm_cluster.wait_idle() == ""  # the jobs wrote their results; now their processes have ended
     return Grid(cwd, proc, new_arrays(before, slurm_cluster.job_ids()))
 
 
