@@ -36,7 +36,7 @@ from rich.markup import escape
 from plasticity.console import console, job_overrides, print_config_tree, print_problems, run_line
 from plasticity.errors import USER_ERRORS
 from plasticity.runs import CONFIG_FILE, RESULT_FILE, STARTED_FILE, RunLock, config_hash, write_json_atomic
-from plasticity.runs.ranks import announce, await_decision, conclude, global_rank, is_rank_zero
+from plasticity.runs.ranks import announce, await_decision, conclude, global_rank, is_rank_zero, num_nodes
 from plasticity.runs.state import archive_run, clear_stale, conflict_message, inspect_run
 from plasticity.validate import VALIDATED
 
@@ -115,13 +115,13 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
     identity = recipe.identity(cfg) if recipe else {"task": cfg.get("task", {}).get("name")}
     if recipe is not None and not is_rank_zero():
         return follow(cfg, recipe, run_dir, identity)
+    nodes = num_nodes(cfg)
     if str(run_dir) not in VALIDATED:
         problems = validate(cfg, local=True)
         if problems:
-            announce(run_dir, "stop", num_nodes=num_nodes(cfg))
+            announce(run_dir, "stop", num_nodes=nodes)
             return reject(problems, run_dir, multirun, identity)
     lock = RunLock(run_dir)
-    nodes = num_nodes(cfg)
     if not lock.acquire():
         announce(run_dir, "stop", num_nodes=nodes)
         return running(run_dir, identity, lock.holder)
@@ -130,12 +130,6 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
     finally:
         conclude(run_dir, num_nodes=nodes)  # ranks still waiting (no training started) stop too
         lock.release()
-
-
-def num_nodes(cfg: DictConfig) -> int:
-    """``trainer.num_nodes`` of a training task (1 for the others)."""
-    value = (cfg.get("trainer") or {}).get("num_nodes", 1)
-    return value if isinstance(value, int) and value > 0 else 1
 
 
 def follow(cfg: DictConfig, recipe, run_dir: Path, identity: dict) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from rich.markup import escape
 
 from plasticity.console import VARYING, console, job_overrides, print_config_tree, print_problems, results_table
 from plasticity.runs.io import read_json, write_json_atomic
+from plasticity.runs.ranks import is_rank_zero
 
 log = logging.getLogger(__name__)
 SWEEP_ID = "PLASTICITY_SWEEP_ID"
@@ -309,12 +310,6 @@ def varying_keys(jobs: list[Job]) -> list[str]:
 # ----------------------------------------------------------------------------------- callback
 
 
-def _other_srun_task() -> bool:
-    """A task other than the first of a multi-task SLURM job (one DDP run as several srun tasks,
-    each running the job): only the first journals the run's record."""
-    return os.environ.get("SLURM_NTASKS", "1") not in ("", "1") and os.environ.get("SLURM_PROCID", "0") != "0"
-
-
 class SweepSummary(Callback):
     """Checks every job before any runs, journals multirun jobs, prints the sweep's summary."""
 
@@ -355,7 +350,7 @@ class SweepSummary(Callback):
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
         sweep_id = os.environ.get(SWEEP_ID)
         hydra_cfg = HydraConfig.get()
-        if not sweep_id or hydra_cfg.mode != RunMode.MULTIRUN or _other_srun_task():
+        if not sweep_id or hydra_cfg.mode != RunMode.MULTIRUN or not is_rank_zero():  # rank 0 journals a DDP run
             return
         if job_return.status == JobStatus.COMPLETED and isinstance(job_return.return_value, dict):
             record = job_return.return_value

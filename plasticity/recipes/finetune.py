@@ -34,7 +34,7 @@ from plasticity.components import (
 )
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
-from plasticity.runs.ranks import announce
+from plasticity.runs.ranks import announce, num_nodes
 from plasticity.runs.record import optimizer_name
 from plasticity.validate import (
     Problems,
@@ -338,7 +338,7 @@ class Finetune(RecipeBase):
         trainer = self.setup_trainer(callbacks, self.setup_loggers())
         self.log_config(trainer, counts, datamodule.split_hash)
         if self.is_global_zero:  # the ranks Lightning starts next (or that srun started) follow this decision
-            announce(self.run_dir, "run", resume, num_nodes=int(self.cfg.trainer.get("num_nodes", 1)))
+            announce(self.run_dir, "run", resume, num_nodes=num_nodes(self.cfg))
         start = time.perf_counter()
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
         train_s = time.perf_counter() - start
@@ -359,7 +359,6 @@ class Finetune(RecipeBase):
             "resumed": resume is not None,
             **self.strategy_fields(selection),
         }
-        self.is_global_zero = trainer.is_global_zero
         if self.adapter and self.cfg.task.get("export_merged", False) and self.is_global_zero:
             from plasticity.adapters import export_merged
 

@@ -26,7 +26,7 @@ from typing import Any
 from plasticity.runs.io import read_json, write_json_atomic
 
 __all__ = ["DECISION_ENV", "DECISION_FILE", "announce", "await_decision", "global_rank", "is_rank_zero", "conclude",
-           "slurm_tasks"]
+           "num_nodes", "slurm_tasks"]
 
 DECISION_ENV = "PLASTICITY_RANK0_DECISION"
 DECISION_FILE = ".ranks.json"
@@ -40,6 +40,12 @@ def slurm_tasks() -> int:
         return int(os.environ.get("SLURM_NTASKS", "1"))
     except ValueError:
         return 1
+
+
+def num_nodes(cfg: Any) -> int:
+    """``trainer.num_nodes`` of a job config (1 for a task without a trainer, or an invalid value)."""
+    value = (cfg.get("trainer") or {}).get("num_nodes", 1)
+    return value if isinstance(value, int) and value > 0 else 1
 
 
 def _env_int(name: str) -> int:
