@@ -48,9 +48,11 @@ def group_means(path: Path | None, column: str, keep: Callable[[dict], bool] = l
     return {g: float(np.mean(v)) for g, v in group_values(path, column, keep, problems).items()}
 
 
-def latest(root: Path, name: str) -> Path | None:
-    """The newest file called ``name`` under ``root`` outside hidden folders, or None."""
-    found = [p for p in root.rglob(name) if not any(s.startswith(".") for s in p.relative_to(root).parts[:-1])]
+def latest(root: Path, name: str, within: str | None = None) -> Path | None:
+    """The newest file called ``name`` under ``root`` outside hidden folders (and, with ``within``,
+    below a folder of that name, e.g. a model's), or None."""
+    found = [p for p in root.rglob(name) if not any(s.startswith(".") for s in p.relative_to(root).parts[:-1])
+             and (within is None or within in p.relative_to(root).parts[:-1])]
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
@@ -122,12 +124,9 @@ def pretraining_line(root: Path, model: str, problems: list[Problem] | None = No
     """Where the paper's ranking first appears during the newest pretraining of ``model`` with
     plasticity measured (``<root>/pretrain/**/<model>/**/plasticity_during_training.csv``), and the
     swaps left at its end; None when there is no such file with a usable row."""
-    folder = root / "pretrain"
-    found = [p for p in folder.rglob(DURING_TRAINING) if model in p.relative_to(folder).parts
-             and not any(s.startswith(".") for s in p.relative_to(folder).parts[:-1])] if folder.is_dir() else []
-    if not found:
+    path = latest(root / "pretrain", DURING_TRAINING, within=model)
+    if path is None:
         return None
-    path = max(found, key=lambda p: p.stat().st_mtime)
     rows = ranking_rows(read_during_training(path, problems))
     return f"plasticity through pretraining ({path.parent}): {sentence(rows)}" if rows else None
 
