@@ -63,6 +63,7 @@ def headline(out) -> None:
     from rich.table import Table
 
     from plasticity.console import console
+    from plasticity.report.claims import verdict_text
     from plasticity.report.tables import AVERAGE
     from plasticity.runs.io import read_csv
 
@@ -87,6 +88,5 @@ def headline(out) -> None:
         for r in claims:
             value = f"{float(r['value']):.3g}" if r["value"] else "-"
             p = f"{float(r['p_value']):.3g}" if r["p_value"] else "-"
-            table.add_row(r["claim"], r["verdict"] + (f" ({r['reason']})" if r.get("reason") else ""), value, p,
-                          r["n"] or "-")
+            table.add_row(r["claim"], verdict_text(r), value, p, r["n"] or "-")
         con.print(table)

@@ -10,12 +10,14 @@ order, a tie counting as one: the number of rank swaps left). Pure functions; th
 
 from __future__ import annotations
 
+from plasticity.components import label
 from plasticity.report.claims import PAPER_RANKING, kendall_distance, kendall_vs_paper, ranking_text
 
 __all__ = ["RANKING_COLUMNS", "first_match", "ranking_rows", "sentence"]
 
 RANKING_COLUMNS = ("run", "step", "ranking", "kendall_tau", "kendall_distance", "matches_paper", "n_groups")
-PAPER_TEXT = "MHA > FC1 > FC2 > LN2 > LN1"
+PAPER_TEXT = " > ".join(map(label, PAPER_RANKING))
+"""The paper's ranking as text: ``MHA > FC1 > FC2 > LN2 > LN1``."""
 
 
 def ranking_rows(curves: dict[int, dict[str, float]], run: str = "") -> list[dict]:

@@ -59,7 +59,7 @@ from plasticity.report.collect import (
     read_metrics,
 )
 from plasticity.report.markdown import fmt_params, probe_note, problems_md, rows_md, table6_md
-from plasticity.report.pretraining import RANKING_COLUMNS, ranking_rows, sentence
+from plasticity.report.pretraining import PAPER_TEXT, RANKING_COLUMNS, ranking_rows, sentence
 from plasticity.report.tables import (
     AVERAGE,
     PROBE,
@@ -257,7 +257,7 @@ def _pretraining(sweep: Sweep, out: Path, problems: list[Problem]) -> list[str]:
     write_csv_atomic(out / "pretraining_ranking.csv", rows, RANKING_COLUMNS)
     figures.plot_during_training(panels, out / "plasticity_during_pretraining.png")
     return [heading + "P(f) of each group (mean over blocks) against the pretraining step (0: random init); per "
-            "step the ranking, its Kendall tau against the paper's MHA > FC1 > FC2 > LN2 > LN1 and the Kendall "
+            f"step the ranking, its Kendall tau against the paper's {PAPER_TEXT} and the Kendall "
             "distance (pairs of groups out of the paper's order: the rank swaps left). All: "
             "[pretraining_ranking.csv](pretraining_ranking.csv).\n\n" + "".join(lines) + "\n"
             + rows_md(rows, ["run", "step", "ranking", "kendall_tau", "kendall_distance", "matches_paper"])
