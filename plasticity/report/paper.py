@@ -14,8 +14,10 @@ Table 1, C3 and C5 (over seeds only) are computed.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
+
+from plasticity.runs.io import write_json_atomic
+from plasticity.runs.record import RESULT_FILE
 
 __all__ = ["PAPER_TABLE6", "PAPER_PROBE", "PLACEHOLDER_LR", "SEEDS", "table6_records", "write_table6_sweep"]
 
@@ -71,8 +73,7 @@ def write_table6_sweep(root: str | Path) -> Path:
     """Writes :func:`table6_records` under ``root`` as ``result.json`` files; returns ``root``."""
     root = Path(root)
     for folder, record in table6_records():
-        (root / folder).mkdir(parents=True, exist_ok=True)
-        (root / folder / "result.json").write_text(json.dumps(record, indent=1))
+        write_json_atomic(root / folder / RESULT_FILE, record)
     return root
 
 
