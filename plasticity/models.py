@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 
-import difflib
 from pathlib import Path
 
 import timm
@@ -17,7 +16,7 @@ import torch.nn as nn
 from timm.models import register_model
 from timm.models.vision_transformer import _create_vision_transformer
 
-from plasticity.errors import WeightsError
+from plasticity.errors import WeightsError, did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +45,7 @@ def check_model_name(name: str) -> None:
     if timm.is_model(name):
         return
     arch = name.split(".")[0]
-    close = difflib.get_close_matches(arch, timm.list_models(), n=5, cutoff=0.6)
+    close = did_you_mean(arch, timm.list_models(), n=5)
     raise ValueError(
         f"model.name={name!r} is not a timm model. Close matches: {', '.join(close) or 'none'}. "
         f"Fix: model.name=<a name from timm.list_models('vit_*')>, e.g. "

@@ -9,12 +9,13 @@ the launching process for every job of a sweep (:mod:`plasticity.sweep`) and aga
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+
+from plasticity.errors import did_you_mean
 
 __all__ = ["ConfigError", "DDP_STRATEGIES", "KNOWN_KEYS", "Problems", "VALIDATED", "world_size"]
 
@@ -71,7 +72,7 @@ class Problems:
             self.add(message)
         return ok
 
-    def call(self, check: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+    def check(self, check: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
         """Runs a check that raises on a problem (ValueError, FileNotFoundError or a WeightsError);
         its message becomes a problem. Returns whether it passed."""
         from plasticity.errors import USER_ERRORS
@@ -116,7 +117,8 @@ def one_of(p: Problems, key: str, value: Any, choices: Iterable[str], fix: str) 
 
 
 def closest(key: str, choices: list[str] | tuple[str, ...]) -> str | None:
-    found = difflib.get_close_matches(key, list(choices), n=1, cutoff=0.6)
+    """The one closest choice (:func:`plasticity.errors.did_you_mean`), or None."""
+    found = did_you_mean(key, choices)
     return found[0] if found else None
 
 
@@ -291,8 +293,8 @@ def check_model(cfg: DictConfig, p: Problems) -> list[str]:
     model = cfg.model
 
     def run(q: Problems) -> None:
-        if q.call(check_model_name, model.name):
-            q.call(check_weights_file, model.get("weights_file"), model.name, _model_kwargs(model))
+        if q.check(check_model_name, model.name):
+            q.check(check_weights_file, model.get("weights_file"), model.name, _model_kwargs(model))
 
     return _cached(_model_key(model), run, p)
 
@@ -301,7 +303,7 @@ def check_dataset_values(data: DictConfig, p: Problems) -> None:
     """Dataset options: severity, limit, class count, workers, normalisation, augmentation."""
     from plasticity.data.sources import check_severity
 
-    p.call(check_severity, data.severity)
+    p.check(check_severity, data.severity)
     workers = data.get("num_workers", 0)
     p.require(workers == "auto" or (is_int(workers) and workers >= 0),
               f"dataset.num_workers={workers!r} must be a non-negative integer or auto (0 without CUDA, else up to 8).")
@@ -361,7 +363,7 @@ def check_dataset(cfg: DictConfig, p: Problems, name: str, key: str = "dataset",
               f"Fix: another dataset; use it as task.reference={name} of task=plasticity.")
         return
     spec = _spec(cfg, name)
-    _cached(("data", spec), lambda q: q.call(spec.check), p)
+    _cached(("data", spec), lambda q: q.check(spec.check), p)
 
 
 def inputs_status(cfg: DictConfig) -> tuple[str, str]:

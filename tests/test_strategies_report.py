@@ -11,7 +11,7 @@ import pytest
 from plasticity.report import ReportError, summary_table, write_report
 from plasticity.report.collect import collect, probe_dir
 from plasticity.report.markdown import fmt_params
-from plasticity.report.tables import done_cells, pareto_front, strategy_label, strategy_of, table6, tag_strategy
+from plasticity.report.tables import done_cells, pareto_front, strategy_label, record_strategy, table6, tag_strategy
 from plasticity.report.writer import curves
 
 DATASETS = ("d0", "c/snow")
@@ -312,8 +312,8 @@ def test_summary_lists_the_other_configurations_after_the_groups(with_probe):
 ])
 def test_strategy_label_and_kind_of_a_tag(tag, label, strategy):
     assert strategy_label(tag) == label and tag_strategy(tag) == strategy
-    assert strategy_of({"component": tag}) == strategy
-    assert strategy_of({"component": tag, "strategy": "lora"}) == "lora"  # a record's own strategy wins
+    assert record_strategy({"component": tag}) == strategy
+    assert record_strategy({"component": tag, "strategy": "lora"}) == "lora"  # a record's own strategy wins
 
 
 def test_pareto_front_definition():

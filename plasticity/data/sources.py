@@ -645,9 +645,9 @@ SOURCES: dict[str, Source] = {
 def source(name: str) -> Source:
     """The :class:`Source` of a dataset name; unknown names get the choices."""
     if name not in SOURCES:
-        import difflib
+        from plasticity.errors import did_you_mean
 
-        close = difflib.get_close_matches(name, SOURCES, n=3)
+        close = did_you_mean(name, SOURCES, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"unknown dataset {name!r}.{hint} Choices: {', '.join(SOURCES)}.")
     return SOURCES[name]

@@ -444,11 +444,11 @@ def check_strategy(cfg: DictConfig, p: Problems) -> None:
     """``component.name`` (a group, ``+``-joined groups or ``auto``), ``component.blocks``,
     ``component.lr_scale``, ``component.auto`` and the adapter."""
     component = cfg.component
-    if not p.call(check_component, component.name):
+    if not p.check(check_component, component.name):
         return
     parts = parse_component(component.name)
     blocks = component.get("blocks")
-    p.call(check_blocks, blocks, model_depth(cfg) if blocks is not None else None)
+    p.check(check_blocks, blocks, model_depth(cfg) if blocks is not None else None)
     scale = component.get("lr_scale") or {}
     for group, value in scale.items():
         p.require(group in parts, f"component.lr_scale has {group!r}, which is not trained by "

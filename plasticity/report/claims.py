@@ -70,7 +70,7 @@ from plasticity.report.tables import (
 )
 
 __all__ = ["ALPHA", "CLAIMS", "COLUMNS", "ClaimInputs", "PAPER_RANKING", "analysis_plasticity", "claim_inputs",
-           "claims_md", "kendall_distance", "kendall_vs_paper", "sweep_claims", "test_claims", "wilcoxon_exact"]
+           "claims_md", "kendall_distance", "kendall_vs_paper", "sweep_claims", "evaluate_claims", "wilcoxon_exact"]
 
 ALPHA = 0.05
 """Significance level of every test."""
@@ -361,13 +361,12 @@ def claim_c5(cells: Cells) -> list[dict]:
     return [row("C5", statistic, mean["mha"], None, n["mha"], verdict, "claim", POOLED)] + details
 
 
-def test_claims(inputs: ClaimInputs) -> list[dict]:
+def evaluate_claims(inputs: ClaimInputs) -> list[dict]:
     """Every row of ``claims.csv``: per claim its verdict row, then its detail rows."""
     return (claim_c1(inputs) + claim_c2(inputs) + claim_c3(inputs.rows) + claim_c4(inputs)
             + claim_c5(inputs.cells))
 
 
-test_claims.__test__ = False  # a function of the report, not a pytest test
 
 
 # ----------------------------------------------------------------------------------- inputs
@@ -395,7 +394,7 @@ def sweep_claims(sweep_dir: str | Path, select: str = "val") -> tuple[list[dict]
     cells = done_cells(sweep.finetune + sweep.probe)
     rows = table6(cells, select) if cells else []
     plasticity = analysis_plasticity(sweep.analysis, problems)
-    return test_claims(claim_inputs(rows, cells, plasticity, problems)), problems
+    return evaluate_claims(claim_inputs(rows, cells, plasticity, problems)), problems
 
 
 def claim_inputs(rows: list[dict], cells: Cells, analysis: dict[str, dict[str, float]],

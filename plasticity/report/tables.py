@@ -13,7 +13,7 @@ A configuration is a record's ``component`` tag: a paper group (``ln1`` ... ``fc
 ``all``, ``head``, a combination (``mha+fc1``, a block subset ``mha_b8-11`` or ``fc1_b2.5``),
 an adapter (``mha_lora_r8``), ``auto``, or ``probe`` (the logistic-regression linear probe of
 ``task=linear_probe``, which has no learning rate: its cell's ``lr`` is None). Its kind is the
-record's ``strategy`` (:func:`strategy_of`, derived from the tag for records written before it).
+record's ``strategy`` (:func:`record_strategy`, derived from the tag for records written before it).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def tag_strategy(tag: str) -> str:
     return component_strategy("+".join(parts["groups"]), parts["blocks"], adapter)
 
 
-def strategy_of(record: dict) -> str:
+def record_strategy(record: dict) -> str:
     """A record's ``strategy``, or for an old record without one, the strategy its ``component``
     implies (:func:`tag_strategy`; a ``linear_probe`` record is ``probe``)."""
     strategy = record.get("strategy")
@@ -241,7 +241,7 @@ def table6(cells: Cells, select: str = "val") -> list[dict]:
             accs = [100.0 * r["test_acc"] for r in best["records"]]
             mean, std = mean_std(accs)
             mine = [r for (d, g, _), rs in cells.items() if (d, g) == (dataset, group) for r in rs]
-            rows.append({"dataset": dataset, "group": group, "strategy": strategy_of(best["records"][0]),
+            rows.append({"dataset": dataset, "group": group, "strategy": record_strategy(best["records"][0]),
                          "label": labels[group], "params": median_params(mine), "lr": best["lr"], "mean": mean,
                          "std": std, "n_seeds": len(accs), "accs": accs})
     for group in ordered_groups(r["group"] for r in rows):

@@ -48,7 +48,7 @@ import numpy as np
 
 from plasticity.report import figures
 from plasticity.report.claims import COLUMNS as CLAIM_COLUMNS
-from plasticity.report.claims import analysis_plasticity, claim_inputs, claims_md, test_claims
+from plasticity.report.claims import analysis_plasticity, claim_inputs, claims_md, evaluate_claims
 from plasticity.report.collect import (
     DURING_TRAINING,
     Problem,
@@ -228,7 +228,7 @@ def _write_results(cells: Cells, rows: list[dict], plasticity: dict[str, dict[st
 def _claims(rows: list[dict], cells: Cells, plasticity: dict[str, dict[str, float]], out: Path,
             problems: list[Problem]) -> str:
     """Writes ``claims.csv``; returns the Claims section (:mod:`plasticity.report.claims`)."""
-    found = test_claims(claim_inputs(rows, cells, plasticity, problems))
+    found = evaluate_claims(claim_inputs(rows, cells, plasticity, problems))
     write_csv_atomic(out / "claims.csv", found, CLAIM_COLUMNS)
     return claims_md(found)
 
