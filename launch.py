@@ -8,8 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-# Jobs that run in other processes (submitit local or SLURM) import the package from this checkout
-# even when it is not pip-installed.
+# Jobs that run in other processes (submitit local or SLURM) unpickle this launch's plasticity objects:
+# they import the package from this checkout, even when it is not pip-installed, through the
+# environment they inherit.
 _ROOT = Path(__file__).resolve().parent
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH")) if p)
 if str(_ROOT) not in sys.path:
@@ -18,10 +19,10 @@ if str(_ROOT) not in sys.path:
 import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-import plasticity  # noqa: E402,F401  (registers the config resolvers)
+import plasticity  # noqa: E402  (registers the config resolvers)
 
 
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")  # conf/: plasticity.CONF_DIR
 def main(cfg: DictConfig) -> dict:
     from plasticity.job import run_job
 
@@ -31,5 +32,5 @@ def main(cfg: DictConfig) -> dict:
 if __name__ == "__main__":
     from plasticity.cli import precheck
 
-    precheck(sys.argv[1:], _ROOT / "conf")
+    precheck(sys.argv[1:], plasticity.CONF_DIR)  # before Hydra, whose advice for a mistyped key is "+key=..."
     main()

@@ -17,12 +17,15 @@ Subpackages: :mod:`~plasticity.data`, :mod:`~plasticity.recipes` (one per task),
 """
 
 import hashlib
+from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from plasticity.components import GROUPS, component_tag
 from plasticity.runs.record import optimizer_name
 
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+"""The Hydra config folder of this checkout (``launch.py``'s ``config_path``)."""
 
 
 def run_id(text: str) -> str:
@@ -30,6 +33,7 @@ def run_id(text: str) -> str:
     return hashlib.sha1(str(text).encode()).hexdigest()[:16]
 
 
+# replace=True: importing the package again (a test's reload, a job's fresh interpreter) re-registers them.
 OmegaConf.register_new_resolver("run_id", run_id, replace=True)
 OmegaConf.register_new_resolver("groups", lambda: list(GROUPS), replace=True)
 OmegaConf.register_new_resolver("optimizer_name", optimizer_name, replace=True)

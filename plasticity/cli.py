@@ -16,6 +16,7 @@ from pathlib import Path
 
 __all__ = ["precheck"]
 
+# Hydra's flags whose next argument is their value, not an override; and those that only print.
 _FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                      "--config-dir", "-cd", "--experimental-rerun")
 _INFO_FLAGS = ("-h", "--help", "--hydra-help", "--version", "-i", "--info", "-sc", "--shell-completion")
@@ -42,7 +43,7 @@ def first_values(overrides: list[str]) -> list[str]:
 
     out = []
     for text, override in zip(overrides, OverridesParser.create().parse_overrides(overrides)):
-        if override.key_or_group.startswith("hydra"):
+        if override.key_or_group.startswith("hydra"):  # the launcher's keys: composed only under their group
             continue
         if override.is_sweep_override() and override.is_discrete_sweep():
             text = f"{override.get_key_element()}={next(iter(override.sweep_string_iterator()))}"
@@ -57,6 +58,7 @@ def suggestion(key: str, config_dir: Path, overrides: list[str]) -> str:
     section, _, leaf = key.partition(".")
     if section == "trainer" and leaf in TASK_OWNED_TRAINER:
         return f"{key} is set by the task from its own keys, so it cannot be set here. Fix: {TASK_OWNED_TRAINER[leaf]}."
+    # Only the group choices (model=..., task=...): the keys of the config the user chose, without the bad key.
     groups = [o for o in overrides if "." not in o.split("=", 1)[0].lstrip("+~")]
     keys = flat_keys(_compose(config_dir, groups))
     near = closest(key, [k for k in keys if not k.startswith("hydra")])

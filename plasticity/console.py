@@ -1,11 +1,10 @@
 """What the framework prints: the config tree, problems, one line per finished run, sweep tables.
 
-Light on purpose (rich and omegaconf only): the sweep callback imports it in every launch.
+Light on purpose (rich and omegaconf only): the launch's callbacks import it in every launch.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Iterable
 
 from omegaconf import DictConfig, OmegaConf
@@ -14,8 +13,6 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree
 
-VARYING = "PLASTICITY_SWEEP_VARYING"
-"""Set by the sweep for its jobs: the override keys that vary across them."""
 ORDER = ("task", "dataset", "model", "component", "optimizer", "trainer", "logger", "paths")
 # (column title, record key, formatter)
 COLUMNS = (
@@ -114,8 +111,6 @@ def run_line(record: dict) -> str:
 
 def job_overrides(overrides: list[str], varying: list[str] | None = None) -> str:
     """A sweep job's overrides as its lines show them: only the keys that vary across the sweep
-    (``varying``; by default what the sweep set in the environment for its jobs)."""
-    if varying is None and os.environ.get(VARYING) is not None:
-        varying = os.environ[VARYING].split(",")
+    (``varying``; None: all)."""
     keep = [o for o in overrides if varying is None or o.split("=", 1)[0] in varying]
     return " ".join(keep) or "(no varying override)"

@@ -1,22 +1,39 @@
 """One Hydra job: validate, own the run directory, run the recipe, record the outcome.
 
-The order is what makes runs trustworthy:
+The launch path, from the command line to ``Trainer.fit`` (11 stages):
 
-1. **Validate** the whole config (every problem at once). A rejected job writes nothing and
-   removes the empty folder Hydra made for it.
-2. **Lock** the run directory (:class:`plasticity.runs.RunLock`): a second launch of a run in
-   progress says where it runs and skips it (status ``running``), touching none of its files.
-3. **Inspect** it (:func:`plasticity.runs.state.inspect_run`): the same finished config is
-   skipped; a finished or interrupted run of another config is never touched (the job stops
-   naming the differing keys) unless ``sweep.overwrite=true``, which moves it aside; an
-   interrupted run of the same config resumes.
-4. **Run** the recipe and write ``result.json`` atomically whatever happened: ``done``,
-   ``diverged`` (NaN/inf loss) or ``failed`` (any other exception, with its message). In a
-   multirun a failure is recorded and the sweep goes on; the sweep summary exits non-zero.
+1. ``launch.py``: :func:`plasticity.cli.precheck` stops an override that names no config key,
+   with the closest key, before Hydra answers with its own advice.
+2. Hydra composes the launch's config (``@hydra.main`` in ``launch.py``).
+3. :class:`plasticity.prelaunch.PreLaunchCheck` (a Hydra callback, before Hydra creates any folder)
+   plans every job (:func:`plasticity.sweep.plan`), validates it and inspects its run directory;
+   any problem in any job stops the launch with all of them listed, nothing written.
+   ``sweep.dry_run=true`` lists the jobs instead.
+4. :class:`plasticity.sweep.SweepSummary` (a multirun) opens the sweep's journal.
+5. The launcher: Hydra's basic one runs each job in this process; ``hydra/launcher=local|slurm``
+   (:class:`plasticity.launcher.SkipDone`) plans again, leaves out the runs finished with the same
+   config, and submits the others as one job array, each keeping its number.
+6. :func:`run_job`, in the job's process. A non-zero rank of a DDP run takes no lock, inspects
+   and writes nothing (:mod:`plasticity.runs.ranks`): :func:`run_as_follower_rank` waits for rank
+   0's decision and runs stage 11 (resuming from the same checkpoint) or stops.
+7. Validate the whole config again (every problem at once): on a SLURM node the device checks run
+   here; the model and data checks are memoised. A rejected job writes nothing and removes the
+   empty folder Hydra made for it.
+8. Lock the run directory (:class:`plasticity.runs.RunLock`): a second launch of a run in progress
+   says where it runs and skips it (:func:`skip_running`, status ``running``), touching nothing.
+9. :func:`decide_and_run` inspects it (:func:`plasticity.runs.state.inspect_run`): a run finished
+   with the same config is skipped; a finished or interrupted run of another config is never
+   touched (the job stops naming the differing keys) unless ``sweep.overwrite=true``, which moves
+   it aside; an interrupted run of the same config resumes.
+10. :func:`run_recipe_and_record`: :func:`open_run_dir` writes ``config.yaml`` and the started
+    marker, opens ``launch.log`` and prints what runs; then the recipe's ``run()``.
+11. The recipe (e.g. :meth:`plasticity.recipes.finetune.Finetune.fit`) builds the model, data,
+    module and trainer, announces rank 0's decision to the other ranks, and calls ``Trainer.fit``.
 
-A distributed run (DDP) has several processes: rank 0 does all of the above; the other ranks
-(:mod:`plasticity.runs.ranks`) take no lock, inspect and write nothing, and do what rank 0
-decided: run the recipe (resuming from the same checkpoint) or stop.
+Whatever happened, ``result.json`` is then written atomically: ``done``, ``diverged`` (NaN/inf loss)
+or ``failed`` (any other exception, with its message). In a multirun a failure is recorded and the
+sweep goes on; :class:`plasticity.sweep.SweepSummary` journals each job's record and, at the end,
+prints the summary and exits non-zero naming the failed runs.
 """
 
 from __future__ import annotations
@@ -38,7 +55,7 @@ from plasticity.errors import USER_ERRORS
 from plasticity.runs import CONFIG_FILE, RESULT_FILE, STARTED_FILE, RunLock, config_hash, write_json_atomic
 from plasticity.runs.ranks import announce, await_decision, conclude, global_rank, is_rank_zero, num_nodes
 from plasticity.runs.state import archive_run, clear_stale, conflict_message, inspect_run
-from plasticity.validate import VALIDATED
+from plasticity.sweep import sweep_varying
 
 log = logging.getLogger(__name__)
 LOG_FILE = "launch.log"
@@ -71,8 +88,8 @@ def setup_process(cfg: DictConfig) -> None:
     import torch
 
     quiet_libraries()
-    torch.set_num_threads(int(cfg.get("threads") or torch.get_num_threads()))
-    torch.set_float32_matmul_precision(cfg.get("matmul_precision", "highest"))
+    torch.set_num_threads(int(cfg.get("threads") or torch.get_num_threads()))  # threads: null keeps torch's
+    torch.set_float32_matmul_precision(cfg.matmul_precision)
 
 
 def remove_if_empty(run_dir: Path, stop: Path) -> None:
@@ -81,7 +98,7 @@ def remove_if_empty(run_dir: Path, stop: Path) -> None:
     path, stop = run_dir.resolve(), stop.resolve()
     while path != stop and stop in path.parents:
         try:
-            path.rmdir()
+            path.rmdir()  # fails on a folder that holds anything: nothing but empty folders goes
         except OSError:
             return
         path = path.parent
@@ -98,7 +115,7 @@ def reject(problems: list[str], run_dir: Path, multirun: bool, identity: dict) -
 
 
 def run_job(cfg: DictConfig) -> dict[str, Any]:
-    """Runs the task of one job in its run directory (see the module docstring).
+    """Runs the task of one job in its run directory (stages 6 to 11 of the module docstring).
 
     Returns:
         The job's record (also the Hydra job's return value; the sweep summary reads it).
@@ -106,33 +123,34 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
     Raises:
         SystemExit: with code 1 when a single (non-multirun) job is rejected, conflicts or fails.
     """
-    from plasticity.recipes import get, validate
+    from plasticity.recipes import get, names, validate
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     multirun = hydra_cfg.mode == RunMode.MULTIRUN
-    recipe = get(str(cfg.task.name)) if _known_task(cfg) else None
-    identity = recipe.identity(cfg) if recipe else {"task": cfg.get("task", {}).get("name")}
+    task = cfg.get("task", {}).get("name")
+    recipe = get(str(task)) if task in names() else None  # an unknown task is rejected below
+    identity = recipe.identity(cfg) if recipe else {"task": task}
     if recipe is not None and not is_rank_zero():
-        return follow(cfg, recipe, run_dir, identity)
+        return run_as_follower_rank(cfg, recipe, run_dir, identity)
     nodes = num_nodes(cfg)
-    if str(run_dir) not in VALIDATED:
-        problems = validate(cfg, local=True)
-        if problems:
-            announce(run_dir, "stop", num_nodes=nodes)
-            return reject(problems, run_dir, multirun, identity)
+    # Every stop below is announced: ranks started beside this one (srun tasks) wait for a decision.
+    problems = validate(cfg, local=True)
+    if problems:
+        announce(run_dir, "stop", num_nodes=nodes)
+        return reject(problems, run_dir, multirun, identity)
     lock = RunLock(run_dir)
     if not lock.acquire():
         announce(run_dir, "stop", num_nodes=nodes)
-        return running(run_dir, identity, lock.holder)
+        return skip_running(run_dir, identity, lock.holder)
     try:
-        return own_run(cfg, recipe, run_dir, identity, multirun)
+        return decide_and_run(cfg, recipe, run_dir, identity, multirun)
     finally:
         conclude(run_dir, num_nodes=nodes)  # ranks still waiting (no training started) stop too
-        lock.release()
+        lock.release()  # last: a launch that takes the lock next must not see this one's decision file go
 
 
-def follow(cfg: DictConfig, recipe, run_dir: Path, identity: dict) -> dict[str, Any]:
+def run_as_follower_rank(cfg: DictConfig, recipe, run_dir: Path, identity: dict) -> dict[str, Any]:
     """A non-zero rank of a distributed run: rank 0's decision, then the recipe, writing nothing.
 
     Rank 0 validated the same config, holds the lock and writes every record; this process runs
@@ -149,7 +167,7 @@ def follow(cfg: DictConfig, recipe, run_dir: Path, identity: dict) -> dict[str, 
     from plasticity.module import Diverged
 
     job = recipe(cfg, run_dir)
-    job.follower_resume = decision.get("resume")
+    job.follower_resume = decision.get("resume")  # rank 0's checkpoint: every rank resumes from the same step
     try:
         job.run()
     except Diverged:  # every rank sees the same (all-reduced) loss; rank 0 records it
@@ -157,25 +175,20 @@ def follow(cfg: DictConfig, recipe, run_dir: Path, identity: dict) -> dict[str, 
     return {**identity, "run_dir": str(run_dir), "status": "follower", "rank": rank}
 
 
-def _known_task(cfg: DictConfig) -> bool:
-    from plasticity.recipes import names
-
-    return cfg.get("task", {}).get("name") in names()
-
-
-def running(run_dir: Path, identity: dict, holder: dict) -> dict[str, Any]:
+def skip_running(run_dir: Path, identity: dict, holder: dict) -> dict[str, Any]:
+    """The run is in progress in another process (its lock's holder): say where, touch nothing."""
     where = ", ".join(f"{k} {v}" for k, v in holder.items()) or "another process"
     console().print(f"[yellow]running[/yellow] {run_dir}: in progress elsewhere ({where}); skipped, nothing touched",
                     highlight=False)
     return {**identity, "run_dir": str(run_dir), "status": "running", "holder": holder, "skipped": True}
 
 
-def own_run(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bool) -> dict[str, Any]:
+def decide_and_run(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bool) -> dict[str, Any]:
     """Under the run's lock: skip, refuse, resume or run."""
     if recipe.always_run:  # rebuilt at every launch (report, prepare, inspect_data)
-        return execute(cfg, recipe, run_dir, identity, multirun)
+        return run_recipe_and_record(cfg, recipe, run_dir, identity, multirun)
     state = inspect_run(run_dir, cfg, recipe.sections, locked=True)
-    if state.kind == "same":
+    if state.kind == "finished":
         if cfg.sweep.skip_done:
             log.info("skipping %s: already %s with this config (sweep.skip_done=true)", run_dir, state.record["status"])
             return {**state.record, "run_dir": str(run_dir), "skipped": True}
@@ -186,15 +199,20 @@ def own_run(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bo
         log.warning("sweep.overwrite=true: the earlier run moved to %s", archive_run(run_dir))
     elif state.kind == "failed" and state.diff:
         clear_stale(run_dir)  # what a failed run of another config left must not be resumed
-    return execute(cfg, recipe, run_dir, identity, multirun)
+    return run_recipe_and_record(cfg, recipe, run_dir, identity, multirun)
 
 
-def start(cfg: DictConfig, recipe, run_dir: Path, multirun: bool, chash: str) -> logging.Handler:
-    """Writes the config and the started marker, opens ``launch.log``, prints what runs."""
+def open_run_dir(cfg: DictConfig, recipe, run_dir: Path, multirun: bool, chash: str) -> logging.Handler:
+    """Writes the config and the started marker, opens ``launch.log``, prints what runs.
+
+    Returns:
+        The ``launch.log`` handler, for the caller to close when the run ends.
+    """
     from plasticity.recipes import tree_sections
 
     OmegaConf.save(cfg, run_dir / CONFIG_FILE, resolve=True)
     hydra_cfg = HydraConfig.get()
+    # The started marker: with no result.json beside it, the next launch knows the run was interrupted.
     write_json_atomic(run_dir / STARTED_FILE, {
         "config_hash": chash, "started": time.time(), "host": socket.gethostname(),
         "overrides": list(hydra_cfg.overrides.task)})
@@ -202,21 +220,21 @@ def start(cfg: DictConfig, recipe, run_dir: Path, multirun: bool, chash: str) ->
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     logging.getLogger().addHandler(handler)
     if multirun:
-        overrides = job_overrides(list(hydra_cfg.overrides.task))
+        overrides = job_overrides(list(hydra_cfg.overrides.task), sweep_varying())
         console().print(f"[bold]job {hydra_cfg.job.num}[/bold] " + escape(f"{overrides} -> {run_dir}"), highlight=False)
     elif cfg.get("print_config", True):
         print_config_tree(cfg, tree_sections(recipe))
     return handler
 
 
-def execute(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bool) -> dict[str, Any]:
+def run_recipe_and_record(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bool) -> dict[str, Any]:
     """Runs the recipe and writes ``result.json`` whatever happens."""
     from plasticity.module import Diverged
 
     setup_process(cfg)
     record: dict[str, Any] = {**identity, "run_dir": str(run_dir)}
     chash = config_hash(cfg, recipe.sections)
-    handler = start(cfg, recipe, run_dir, multirun, chash)
+    handler = open_run_dir(cfg, recipe, run_dir, multirun, chash)
     started = time.perf_counter()
     try:
         record.update(recipe(cfg, run_dir).run())
@@ -227,16 +245,16 @@ def execute(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bo
     except Exception as err:  # recorded, so the sweep goes on
         record.update(status="failed", error=f"{type(err).__name__}: {err}")
         (run_dir / "error.log").write_text(traceback.format_exc())
-        if isinstance(err, USER_ERRORS):
+        if isinstance(err, USER_ERRORS):  # a bad input: its message says the fix, a traceback would bury it
             log.error("%s", err)
         else:
             log.exception("run failed")
     finally:
-        logging.getLogger().removeHandler(handler)
+        logging.getLogger().removeHandler(handler)  # the next job of an in-process sweep logs to its own file
         handler.close()
     record.update(wall_s=round(time.perf_counter() - started, 2), config_hash=chash)
     finish_wandb(record, cfg)
-    write_json_atomic(run_dir / RESULT_FILE, record)
+    write_json_atomic(run_dir / RESULT_FILE, record)  # last: result.json present means the run ended
     console().print(run_line(record), highlight=False)
     if record["status"] == "failed" and not multirun:
         raise SystemExit(1)
@@ -250,7 +268,7 @@ def finish_wandb(record: dict[str, Any], cfg: DictConfig) -> None:
 
     from plasticity.tracking import wandb_enabled
 
-    if "wandb" in sys.modules or wandb_enabled(cfg):
+    if "wandb" in sys.modules or wandb_enabled(cfg):  # imported: a logger of this process may have a run open
         from plasticity.tracking.logger import finish
 
         finish(record, cfg)

@@ -3,11 +3,13 @@
 hydra-submitit-launcher submits every job of a sweep, so a relaunched grid would queue one job per
 finished run, each starting Python only to skip itself. Here, before anything is submitted:
 
-- the sweep's plan, checked in this process by :class:`plasticity.sweep.SweepSummary` just before
-  the launcher runs (:func:`plasticity.sweep.planned`), says which runs are finished with the same
-  config; with ``sweep.skip_done=true`` (the default) those jobs are left out, and the launcher
-  prints ``skipped N done runs, submitting M`` (``sweep.dry_run=true`` prints the same split);
-- the other jobs go out as one job array, keeping their numbers in the sweep;
+- the launcher plans its jobs again (:func:`plasticity.sweep.plan`, then
+  :func:`plasticity.sweep.inspect_job`: their run directories, not a full validation, which the
+  pre-launch check did just before) and, with ``sweep.skip_done=true`` (the default), leaves out
+  the runs finished with the same config, printing ``skipped N done runs, submitting M``
+  (``sweep.dry_run=true`` prints the same split);
+- the other jobs go out as one job array, keeping their numbers in the sweep
+  (:func:`plasticity.compat.submit_array`);
 - the skipped jobs' records go to the sweep's journal, so the summary lists them as done (skipped);
 - a job that ends without a result (``scancel``, a hard kill, a node failure) is recorded as failed,
   naming its logs, instead of stopping the sweep.
@@ -20,20 +22,14 @@ are this module's :class:`SkipDone` mixed into hydra-submitit-launcher's two lau
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
 from typing import Any, Sequence
 
-from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus
-from omegaconf import OmegaConf
 
 from plasticity.console import console
-from plasticity.sweep import Job, journal, planned, split_line, submission_split
+from plasticity.sweep import Job, inspect_job, journal, plan, split_line, submission_split
 
 log = logging.getLogger(__name__)
-INIT_KEYS = ("submitit_folder", "max_num_timeout")
-"""Launcher keys that go to the executor's constructor, not to ``update_parameters``."""
 
 
 class SkipDone:
@@ -43,8 +39,6 @@ class SkipDone:
     base launcher's, unchanged.
     """
 
-    _EXECUTOR: str
-    params: dict[str, Any]
     config: Any
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
@@ -54,56 +48,38 @@ class SkipDone:
             job_overrides: Each job's overrides (one batch of Hydra's sweeper).
             initial_job_idx: The sweep number of the batch's first job.
         """
-        numbered = [(initial_job_idx + i, list(overrides)) for i, overrides in enumerate(job_overrides)]
-        plans = {num: planned(overrides) or Job(num, overrides, None) for num, overrides in numbered}
-        skipped, todo = submission_split([plans[num] for num, _ in numbered])
+        jobs = self.plan_batch(job_overrides, initial_job_idx)
+        skipped, todo = submission_split(jobs)
         console().print(split_line(len(skipped), len(todo)), highlight=False)
-        returns = {job.num: self._skipped(job) for job in skipped}
+        returns = {job.num: self.skip(job) for job in skipped}
         if todo:
-            returns.update(self._submit([(job.num, plans[job.num]) for job in todo]))
-        return [returns[num] for num, _ in numbered]
+            returns.update(self.submit(todo))
+        return [returns[job.num] for job in jobs]
 
-    def _skipped(self, job: Job) -> JobReturn:
+    def plan_batch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[Job]:
+        """The batch's jobs, numbered from ``initial_job_idx``, with what their run directories hold."""
+        return [inspect_job(job) for job in plan(self.config, job_overrides, initial_job_idx)]
+
+    def skip(self, job: Job) -> JobReturn:
         """The record a done job would have returned, journaled here since no job runs."""
         record = {**job.state.record, "run_dir": str(job.run_dir), "skipped": True}
         journal(self.config.hydra.sweep.dir, job.num, record)
         return _completed(job, record)
 
-    def _executor(self) -> Any:
-        """submitit's executor with this launcher's parameters (``<cluster>_<key>`` where submitit
-        has no shared key)."""
-        import submitit
-        from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    def submit(self, jobs: list[Job]) -> dict[int, JobReturn]:
+        """One job array of ``jobs``, each keeping its sweep number; waits for every result."""
+        from plasticity.compat import submit_array
 
-        init = {"folder": self.params["submitit_folder"]}
-        if "max_num_timeout" in self.params:
-            init[f"{self._EXECUTOR}_max_num_timeout"] = self.params["max_num_timeout"]
-        executor = submitit.AutoExecutor(cluster=self._EXECUTOR, **init)
-        shared = set(OmegaConf.structured(BaseQueueConf).keys())
-        executor.update_parameters(**{key if key in shared else f"{self._EXECUTOR}_{key}": value
-                                      for key, value in self.params.items() if key not in INIT_KEYS})
-        return executor
+        handles = submit_array(self, [(job.num, job.overrides) for job in jobs])
+        return {job.num: self.result(handle, job) for job, handle in zip(jobs, handles)}
 
-    def _submit(self, todo: list[tuple[int, Job]]) -> dict[int, JobReturn]:
-        """One job array of ``todo``, each job keeping its sweep number; waits for every result."""
-        sweep_dir = Path(str(self.config.hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        if "mode" in self.config.hydra.sweep:
-            os.chmod(sweep_dir, mode=int(str(self.config.hydra.sweep.mode), 8))
-        state = Singleton.get_state()
-        args = [(job.overrides, "hydra.sweep.dir", num, f"job_id_for_{num}", state) for num, job in todo]
-        submitted = self._executor().map_array(self, *zip(*args))
-        for (num, job), handle in zip(todo, submitted):
-            log.info("job %d -> %s %s", num, self._EXECUTOR, handle.job_id)
-        return {num: self._result(handle, job) for (num, job), handle in zip(todo, submitted)}
-
-    def _result(self, handle: Any, job: Job) -> JobReturn:
+    def result(self, handle: Any, job: Job) -> JobReturn:
         """The job's JobReturn; a job that ended without one is a failed record (also journaled)."""
         try:
-            return handle.results()[0]
+            return handle.results()[0]  # waits for the job; one result per srun task, task 0 is rank 0 (it records)
         except Exception as err:  # submitit's UncompletedJobError / FailedJobError: the job is gone
             record = ended_without_result(handle, job, err)
-            journal(self.config.hydra.sweep.dir, job.num, record, replace=False)
+            journal(self.config.hydra.sweep.dir, job.num, record, replace=False)  # keep what the job wrote itself
             return _completed(job, record)
 
 
@@ -124,6 +100,7 @@ def ended_without_result(handle: Any, job: Job, err: Exception) -> dict[str, Any
 
 
 def _completed(job: Job, record: dict[str, Any]) -> JobReturn:
+    """A completed JobReturn holding ``record`` (Hydra's sweeper re-raises any other status)."""
     ret = JobReturn(overrides=list(job.overrides), cfg=job.cfg, working_dir=str(job.run_dir),
                     status=JobStatus.COMPLETED)
     ret.return_value = record

@@ -1,66 +1,44 @@
-"""The launch as a whole: every job checked before the first one runs, the dry run, the summary.
+"""A multirun's jobs, what each run directory holds, and the sweep's journal and summary.
 
-A Hydra callback (registered in ``conf/config.yaml``):
-
-- ``on_run_start`` (a single run) and ``on_multirun_start`` (a sweep) validate every job's
-  config, and its run directory against a finished run of another config, *before* Hydra
-  creates any folder: one bad value in one job of an 84-job grid stops the launch with every
-  problem listed, and nothing is written. A SLURM launch is checked in the launching process
-  (the GPU itself is checked on the node).
-- ``sweep.dry_run=true`` lists every job (run path, status, whether its data and weights exist)
-  without creating a folder, loading a model or reading data beyond file headers.
-- The plan is handed to the submitting launchers (:mod:`plasticity.launcher`, ``hydra/launcher=slurm``
-  or ``local``) in this process: they submit only the jobs whose run is not done
-  (:func:`submission_split`), and the dry run lists the same split.
-- Each multirun job's record is journaled under ``<sweep dir>/.sweeps/<id>/``; the end of the
-  sweep prints one row per job and exits non-zero naming the failed runs.
+- :func:`plan` composes every job of a sweep from its overrides (:func:`expand`, in the order of
+  Hydra's basic sweeper, which numbers the jobs) and :func:`inspect_job` reads its run directory. The
+  pre-launch check (:mod:`plasticity.prelaunch`) and the submitting launchers
+  (:mod:`plasticity.launcher`) both plan with them; :func:`submission_split` is what a submitting
+  launcher leaves out (finished runs of the same config).
+- :class:`SweepSummary` (a Hydra callback, registered in ``conf/config.yaml``) journals each job's
+  record under ``<sweep dir>/.sweeps/<id>/`` and, when the sweep ends, prints one row per job and
+  exits non-zero naming the failed runs.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf, open_dict
 from rich.markup import escape
 
-from plasticity.console import VARYING, console, job_overrides, print_config_tree, print_problems, results_table
+from plasticity.console import console, results_table
 from plasticity.runs.io import read_json, write_json_atomic
 from plasticity.runs.ranks import is_rank_zero
 
 log = logging.getLogger(__name__)
+# What the launching process hands its jobs. Through the environment because the jobs of a submitit
+# launcher are other processes (local, or on SLURM nodes: sbatch exports the environment), which
+# inherit it and nothing else; the basic launcher's in-process jobs read the same.
 SWEEP_ID = "PLASTICITY_SWEEP_ID"
-"""The sweep's id, inherited by the jobs (in-process, submitit local or SLURM)."""
-
-
-def journal_dir(sweep_dir: str | Path, sweep_id: str) -> Path:
-    return Path(sweep_dir) / ".sweeps" / sweep_id
-
-
-def journal(sweep_dir: str | Path, num: int, record: dict, replace: bool = True) -> None:
-    """Writes job ``num``'s record into the running sweep's journal (nothing outside a sweep).
-
-    Args:
-        sweep_dir: The sweep directory (``hydra.sweep.dir``).
-        num: The job's number in the sweep.
-        record: Its record (``result.json``'s content, or what the launcher knows of it).
-        replace: False keeps a record the job already wrote.
-    """
-    sweep_id = os.environ.get(SWEEP_ID)
-    if not sweep_id:
-        return
-    path = journal_dir(sweep_dir, sweep_id) / f"{num:06d}.json"
-    if replace or not path.exists():
-        write_json_atomic(path, record)
+"""The sweep's id: where each job journals its record."""
+VARYING = "PLASTICITY_SWEEP_VARYING"
+"""The override keys that vary across the sweep's jobs: what each job's first line shows."""
 
 
 @dataclass
@@ -70,10 +48,10 @@ class Job:
     Attributes:
         num: Its position in the sweep (Hydra's ``job.num``).
         overrides: Its command-line overrides.
-        cfg: Its composed config (with the ``hydra`` node).
+        cfg: Its composed config (with the ``hydra`` node); None when it does not compose.
         run_dir: Its run directory.
         problems: Every problem found before compute.
-        state: What its run directory holds (``new``, ``same``, ``resume``, ``running`` ...).
+        state: What its run directory holds (a :class:`plasticity.runs.state.RunState`).
     """
 
     num: int
@@ -88,14 +66,28 @@ class Job:
 
 
 def expand(config: DictConfig) -> list[list[str]]:
-    """The overrides of each job of a multirun, as Hydra's basic sweeper expands them."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    """The overrides of each job of a multirun, in the order of Hydra's basic sweeper (hydra-core 1.3,
+    ``BasicSweeper.split_arguments``), which gives the jobs their numbers.
+
+    The sweeper's own ``params`` come first, then the command line's overrides; a later override of
+    a key replaces an earlier one in the earlier one's place; the jobs are the product of the keys'
+    values, the first key varying slowest.
+    """
     from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
 
     params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
     params += list(config.hydra.overrides.task)
-    overrides = OverridesParser.create().parse_overrides(params)
-    return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    values: dict[str, list[str]] = {}  # insertion-ordered: a replaced key keeps its first place, as in Hydra
+    for override in OverridesParser.create().parse_overrides(params):
+        key = override.get_key_element()
+        if not override.is_sweep_override():
+            values[key] = [f"{key}={override.get_value_element_as_str()}"]
+        elif override.is_discrete_sweep():
+            values[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
+        else:  # interval sweeps are for optimising sweepers; Hydra's basic sweeper says the same
+            raise HydraException(f"BasicSweeper does not support sweep type : {override.value_type.name}")
+    return [list(job) for job in itertools.product(*values.values())]
 
 
 class Composer:
@@ -118,6 +110,8 @@ class Composer:
             key = override.key_or_group
             if key.startswith("hydra.") or key == "hydra":
                 continue
+            # A group choice (model=..., +experiment=...) or a key inside a group's package changes what
+            # is composed; a plain value is set afterwards on a copy of the shared composition.
             plain = override.type == OverrideType.CHANGE and key not in self.choices and "/" not in key
             (values if plain else groups).append((text, override))
         key = tuple(text for text, _ in groups)
@@ -131,52 +125,52 @@ class Composer:
         return cfg
 
 
-def plan(config: DictConfig, config_name: str | None) -> list[Job]:
-    """Every job of the multirun with its composed config and run directory. The launcher is the
-    launch's (``hydra/launcher=...`` is a Hydra override, not a job's): each job's config gets it."""
-    composer = Composer(config_name, set(config.hydra.runtime.choices.keys()))
+def plan(config: DictConfig, overrides: Sequence[Sequence[str]] | None = None, first_num: int = 0) -> list[Job]:
+    """Jobs with their composed config and run directory (nothing is read or written).
+
+    Args:
+        config: The launch's config (Hydra's, with the ``hydra`` node).
+        overrides: Each job's overrides; None: every job of the sweep (:func:`expand`).
+        first_num: The sweep number of the first job (a launcher's batch may start later).
+    """
+    composer = Composer(config.hydra.job.config_name, set(config.hydra.runtime.choices.keys()))
     jobs = []
-    for num, overrides in enumerate(expand(config)):
+    for num, job_overrides in enumerate(expand(config) if overrides is None else overrides, start=first_num):
+        job_overrides = list(job_overrides)
         try:
-            cfg = composer.compose(overrides)
+            cfg = composer.compose(job_overrides)
+            # hydra/launcher=... is an override of the launch, not of a job: each job runs under it (its
+            # DDP check reads it).
             with open_dict(cfg.hydra):
                 cfg.hydra.launcher = config.hydra.launcher
             run_dir = Path(os.path.abspath(f"{cfg.hydra.sweep.dir}/{cfg.hydra.sweep.subdir}"))
-            jobs.append(Job(num, overrides, cfg, run_dir))
+            jobs.append(Job(num, job_overrides, cfg, run_dir))
         except Exception as err:  # a value that does not fit its key: reported with the others
-            jobs.append(Job(num, overrides, None, problems=[f"{' '.join(overrides)}: {err}"]))
+            jobs.append(Job(num, job_overrides, None, problems=[f"{' '.join(job_overrides)}: {err}"]))
     return jobs
 
 
-def launches_on_slurm(config: DictConfig) -> bool:
-    return "slurm" in str(config.hydra.launcher.get("_target_", "")).lower()
+def inspect_job(job: Job) -> Job:
+    """Sets ``job.state``: what its run directory holds for its config (read only, no lock taken).
+
+    A job that does not compose, names no task, or whose task is rebuilt at every launch
+    (``always_run``) keeps ``state`` None.
+    """
+    from plasticity.recipes import get, names
+    from plasticity.runs.state import inspect_run
+
+    if job.cfg is None or job.cfg.task.get("name") not in names():
+        return job
+    recipe = get(job.cfg.task.name)
+    if not recipe.always_run:
+        job.state = inspect_run(job.run_dir, job.cfg, recipe.sections)
+    return job
 
 
-SUBMITTING = "hydra_plugins.plasticity_launcher."
-"""Where the launchers that submit only what is not done live (Hydra loads launchers only from there)."""
-_PLANNED: dict[tuple[str, ...], Job] = {}
-
-
-def submits(config: DictConfig) -> bool:
-    """The launch goes through one of :mod:`plasticity.launcher`'s submitting launchers."""
-    return str(config.hydra.launcher.get("_target_", "")).startswith(SUBMITTING)
-
-
-def hand_over(jobs: list[Job]) -> None:
-    """Keeps the checked plan for the launcher, which runs next in this process."""
-    _PLANNED.clear()
-    _PLANNED.update((tuple(job.overrides), job) for job in jobs)
-
-
-def planned(overrides: list[str] | tuple[str, ...]) -> Job | None:
-    """The checked job of these overrides (None when the sweep's plan does not hold it)."""
-    return _PLANNED.get(tuple(overrides))
-
-
-def is_done(job: Job | None) -> bool:
+def is_done(job: Job) -> bool:
     """The job's run is finished (done or diverged) with the same config and ``sweep.skip_done`` is
     true: a submitting launcher leaves it out."""
-    if job is None or job.cfg is None or getattr(job.state, "kind", None) != "same":
+    if job.cfg is None or getattr(job.state, "kind", None) != "finished":
         return False
     return bool(job.cfg.sweep.get("skip_done", True))
 
@@ -193,190 +187,96 @@ def split_line(skipped: int, submitted: int, dry: bool = False) -> str:
     return f"skipped {skipped} done runs, submitting {submitted}"
 
 
-# ----------------------------------------------------------------------------------- checking
-
-
-def check(job: Job, local: bool) -> Job:
-    """Fills ``job.problems`` (config validation, then a conflict with a finished run) and ``job.state``."""
-    from plasticity.recipes import get, validate
-    from plasticity.runs.state import conflict_message, inspect_run
-
-    if job.cfg is None:
-        return job
-    job.problems += validate(job.cfg, local=local)  # an unknown task is one of the problems
-    if job.problems:
-        return job
-    recipe = get(job.cfg.task.name)
-    if recipe.always_run:  # rebuilt at every launch: no state to inspect
-        return job
-    job.state = inspect_run(job.run_dir, job.cfg, recipe.sections)
-    if job.state.kind == "conflict" and not job.cfg.sweep.get("overwrite", False):
-        job.problems.append(conflict_message(job.run_dir, job.state))
-    return job
-
-
-def mark_validated(jobs: list[Job]) -> None:
-    """Jobs that run in this process need not validate again."""
-    from plasticity.validate import VALIDATED
-
-    VALIDATED.update(str(job.run_dir) for job in jobs if job.run_dir is not None)
-
-
-def stop_on_problems(jobs: list[Job]) -> None:
-    bad = [job for job in jobs if job.problems]
-    if not bad:
-        return
-    if len(jobs) == 1:
-        print_problems(bad[0].problems)
-        raise SystemExit(1)
-    varying = varying_keys(jobs)
-    lines = [f"job {job.num} ({job_overrides(job.overrides, varying)}): {p}" for job in bad for p in job.problems]
-    print_problems(lines, header=f"{len(bad)} of {len(jobs)} jobs have")
-    raise SystemExit(1)
-
-
-# ----------------------------------------------------------------------------------- dry run
-
-
-STATUS = {"new": "to run", "same": "done (skip)", "resume": "to resume", "failed": "failed (re-run)",
-          "running": "running", "conflict": "conflict"}
-
-
-def status_of(job: Job) -> str:
-    """The job's row status in the dry run (a done run is re-run when ``sweep.skip_done=false``)."""
-    kind = getattr(job.state, "kind", "")
-    if kind == "same" and not is_done(job):
-        return "done (re-run)"
-    return STATUS.get(kind, "to run")
-
-
-def dry_run(jobs: list[Job], started: float, submitting: bool = False) -> None:
-    """Prints one row per job (run dir, status, data, weights, other problems), each missing input's
-    message once, and a count per status; creates nothing.
-
-    Args:
-        jobs: The checked jobs.
-        started: ``time.perf_counter()`` at the start of the checks.
-        submitting: A submitting launcher would run them: also print its split (what it would skip
-            and submit, :func:`submission_split`).
-    """
-    from rich.table import Table
-
-    from plasticity.validate import inputs_status
-
-    table = Table(title=f"dry run: {len(jobs)} jobs (nothing created, no model or data loaded)")
-    for column in ("job", "run dir", "status", "data", "weights", "other problems"):
-        table.add_column(column)
-    counts: dict[str, int] = {}
-    inputs: dict[str, None] = {}
-    for job in jobs:
-        data, weights = inputs_status(job.cfg) if job.cfg is not None else ("?", "?")
-        missing = [text for text in (data, weights) if text not in ("ok", "hub", "random init", "?")]
-        inputs.update(dict.fromkeys(missing))
-        other = [p for p in job.problems if not any(p in text for text in missing)]
-        status = "rejected" if other else status_of(job)
-        counts[status] = counts.get(status, 0) + 1
-        for name, text in (("data missing", data), ("weights unusable", weights)):
-            counts[name] = counts.get(name, 0) + (text in missing)
-        table.add_row(str(job.num), str(_relative(job.run_dir)), status, "ok" if data == "ok" else "MISSING",
-                      weights if weights in ("ok", "hub", "random init") else "BAD", escape("; ".join(other)) or "-")
-    con = console()
-    con.print(table)
-    for text in inputs:
-        con.print(f"  - {text}", markup=False, highlight=False)
-    todo = sum(counts.get(k, 0) for k in ("to run", "to resume", "failed (re-run)", "done (re-run)"))
-    parts = [f"dry run: {len(jobs)} jobs, {todo} to run"] + [f"{k} {v}" for k, v in counts.items() if v and k != "to run"]
-    con.print(" | ".join(parts + [f"checked in {time.perf_counter() - started:.1f} s"]), highlight=False)
-    if submitting:
-        skipped, submitted = submission_split(jobs)
-        con.print(f"dry run: the launcher {split_line(len(skipped), len(submitted), dry=True)}", highlight=False)
-
-
-def _relative(path: Path | None) -> Path | str:
-    if path is None:
-        return "?"
-    try:
-        return path.relative_to(Path.cwd())
-    except ValueError:
-        return path
-
-
 def varying_keys(jobs: list[Job]) -> list[str]:
     """The override keys whose value is not the same in every job."""
     shared = {o for o in jobs[0].overrides if all(o in j.overrides for j in jobs)}
     return sorted({o.split("=", 1)[0] for job in jobs for o in job.overrides if o not in shared})
 
 
-# ----------------------------------------------------------------------------------- callback
+def sweep_varying() -> list[str] | None:
+    """In a sweep's job: the keys that vary across the sweep (None outside a sweep)."""
+    text = os.environ.get(VARYING)
+    return None if text is None else text.split(",")
+
+
+# ----------------------------------------------------------------------------------- journal
+
+
+def journal_dir(sweep_dir: str | Path, sweep_id: str) -> Path:
+    return Path(sweep_dir) / ".sweeps" / sweep_id
+
+
+def journal(sweep_dir: str | Path, num: int, record: dict, replace: bool = True) -> None:
+    """Writes job ``num``'s record into the running sweep's journal (nothing outside a sweep).
+
+    Args:
+        sweep_dir: The sweep directory (``hydra.sweep.dir``).
+        num: The job's number in the sweep.
+        record: Its record (``result.json``'s content, or what the launcher knows of it).
+        replace: False keeps a record the job already wrote.
+    """
+    sweep_id = os.environ.get(SWEEP_ID)
+    if not sweep_id:
+        return
+    path = journal_dir(sweep_dir, sweep_id) / f"{num:06d}.json"
+    if replace or not path.exists():
+        write_json_atomic(path, record)  # atomic: the summary may read the folder while jobs still write
+
+
+def job_record(job_return: JobReturn, run_dir: str) -> dict[str, Any]:
+    """The record a job returned; a failed record when its task function raised (``run_job``
+    records its own failures, so this should not happen) or returned something else."""
+    try:
+        value = job_return.return_value  # re-raises what the task function raised
+    except Exception as err:
+        value = err
+    if isinstance(value, dict):
+        return value
+    return {"status": "failed", "error": repr(value), "run_dir": run_dir}
 
 
 class SweepSummary(Callback):
-    """Checks every job before any runs, journals multirun jobs, prints the sweep's summary."""
+    """Journals each multirun job's record, then prints the sweep's summary."""
 
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        started = time.perf_counter()
-        job = Job(0, list(config.hydra.overrides.task), config, Path(os.path.abspath(str(config.hydra.run.dir))))
-        check(job, local=True)
-        if config.sweep.get("dry_run", False):
-            dry_run([job], started)
-            raise SystemExit(0)
-        stop_on_problems([job])
-        mark_validated([job])
+    def __init__(self) -> None:
+        self.sweep_id: str | None = None
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        started = time.perf_counter()
-        jobs = [check(job, local=not launches_on_slurm(config)) for job in plan(config, kwargs.get("config_name"))]
-        if config.sweep.get("dry_run", False):
-            dry_run(jobs, started, submitting=submits(config))
-            raise SystemExit(0)
-        stop_on_problems(jobs)
-        mark_validated(jobs)  # the basic launcher runs the jobs in this process; others validate on their node
-        hand_over(jobs)  # the submitting launchers leave out what is done
-        self._print_plan(jobs)
-        os.environ[SWEEP_ID] = uuid.uuid4().hex[:12]
-
-    @staticmethod
-    def _print_plan(jobs: list[Job]) -> None:
-        """The config tree once (the first job's), then which keys vary across the jobs."""
-        from plasticity.recipes import get, tree_sections
-
-        first = jobs[0].cfg
-        if first.get("print_config", True):
-            print_config_tree(first, tree_sections(get(first.task.name)), title=f"config (job 0 of {len(jobs)})")
-        varying = varying_keys(jobs)
-        os.environ[VARYING] = ",".join(varying)
-        console().print(f"{len(jobs)} jobs" + (f", varying {', '.join(varying)}" if varying else ""), highlight=False)
+        self.sweep_id = uuid.uuid4().hex[:12]
+        os.environ[SWEEP_ID] = self.sweep_id  # for the jobs, which may be other processes (see SWEEP_ID)
 
     def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        sweep_id = os.environ.get(SWEEP_ID)
         hydra_cfg = HydraConfig.get()
-        if not sweep_id or hydra_cfg.mode != RunMode.MULTIRUN or not is_rank_zero():  # rank 0 journals a DDP run
+        # Runs in the job's process. Rank 0 alone journals a DDP run: the other ranks record nothing.
+        if hydra_cfg.mode != RunMode.MULTIRUN or not is_rank_zero():
             return
-        if job_return.status == JobStatus.COMPLETED and isinstance(job_return.return_value, dict):
-            record = job_return.return_value
-        else:  # the task function itself raised: should not happen, recorded all the same
-            record = {"status": "failed", "error": repr(job_return._return_value),
-                      "run_dir": hydra_cfg.runtime.output_dir}
-        journal(hydra_cfg.sweep.dir, hydra_cfg.job.num, record)
+        journal(hydra_cfg.sweep.dir, hydra_cfg.job.num, job_record(job_return, hydra_cfg.runtime.output_dir))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        sweep_id = os.environ.pop(SWEEP_ID, None)
-        os.environ.pop(VARYING, None)
-        _PLANNED.clear()
-        if not sweep_id:
+        os.environ.pop(SWEEP_ID, None)  # a later launch in this process is another sweep
+        if not self.sweep_id:
             return
-        folder = journal_dir(config.hydra.sweep.dir, sweep_id)
+        folder = journal_dir(config.hydra.sweep.dir, self.sweep_id)
         records = [r for p in sorted(folder.glob("*.json")) if (r := read_json(p))]
-        con = console()
-        con.print(results_table(records, title=f"sweep {sweep_id}: {len(records)} runs"))
-        counts = {s: sum(r.get("status") == s for r in records) for s in ("done", "diverged", "failed", "running",
-                                                                           "rejected")}
-        skipped = sum(bool(r.get("skipped")) and r.get("status") != "running" for r in records)
-        con.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | failed "
-                  f"{counts['failed']} | running elsewhere {counts['running']} | rejected {counts['rejected']} | "
-                  f"journal {folder}", highlight=False)
-        failed = [r for r in records if r.get("status") in ("failed", "rejected")]
-        for r in failed:
-            con.print(f"[red]{r.get('status')}[/red] " + escape(f"{r.get('run_dir')}: {r.get('error')}"), highlight=False)
-        if failed:
-            raise SystemExit(1)
+        print_summary(records, f"sweep {self.sweep_id}: {len(records)} runs", folder)
+
+
+def print_summary(records: list[dict], title: str, folder: Path) -> None:
+    """One row per run, the count per status, each failed run with its error.
+
+    Raises:
+        SystemExit: code 1 when a run failed or was rejected.
+    """
+    con = console()
+    con.print(results_table(records, title=title))
+    counts = {s: sum(r.get("status") == s for r in records) for s in ("done", "diverged", "failed", "running",
+                                                                       "rejected")}
+    skipped = sum(bool(r.get("skipped")) and r.get("status") != "running" for r in records)
+    con.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | failed "
+              f"{counts['failed']} | running elsewhere {counts['running']} | rejected {counts['rejected']} | "
+              f"journal {folder}", highlight=False)
+    failed = [r for r in records if r.get("status") in ("failed", "rejected")]
+    for r in failed:
+        con.print(f"[red]{r.get('status')}[/red] " + escape(f"{r.get('run_dir')}: {r.get('error')}"), highlight=False)
+    if failed:
+        raise SystemExit(1)

@@ -4,11 +4,15 @@ Each recipe's ``validate`` adds to a :class:`Problems` collector with the checke
 problem is one line that names the key, the bad value, the choices or valid range, and the fix.
 :func:`plasticity.recipes.validate` runs them all and returns the list, so nothing is built,
 read (beyond file headers) or written before the whole config is known to be good. It runs in
-the launching process for every job of a sweep (:mod:`plasticity.sweep`) and again in each job.
+the launching process for every job of a sweep (:mod:`plasticity.prelaunch`) and again in each job
+(:mod:`plasticity.job`); the model and data checks, the slow ones, are memoised
+(:func:`model_problems`, :func:`data_problems`), so the second time costs little.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import os
 from typing import Any, Callable, Iterable
@@ -17,16 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from plasticity.errors import did_you_mean
 
-__all__ = ["ConfigError", "DDP_STRATEGIES", "KNOWN_KEYS", "Problems", "VALIDATED", "world_size"]
-
-VALIDATED: set[str] = set()
-"""Run directories whose config this process already validated (the sweep callback checks before Hydra
-creates them; the job then need not check again)."""
-
-KNOWN_KEYS = ("paths", "model", "dataset", "component", "adapter", "optimizer", "trainer", "logger", "callbacks", "task",
-              "experiment", "seed", "threads", "matmul_precision", "print_config", "resume", "sweep", "run_name",
-              "sweep_dir", "hydra")
-"""Top-level keys of ``conf/config.yaml``; anything else is a typo (e.g. ``+optimzer.lr=1``)."""
+__all__ = ["ConfigError", "DDP_STRATEGIES", "Problems", "known_keys", "world_size"]
 
 TASK_OWNED_TRAINER = {
     "max_steps": "task.max_steps", "max_epochs": "task.max_steps", "min_steps": "task.max_steps",
@@ -122,16 +117,31 @@ def closest(key: str, choices: list[str] | tuple[str, ...]) -> str | None:
     return found[0] if found else None
 
 
-def flat_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
-    """Every dotted key of a config (``optimizer.lr``, ``task.max_steps`` ...)."""
+def flat_keys(cfg: DictConfig | dict, prefix: str = "") -> list[str]:
+    """Every dotted key of a config (``optimizer.lr``, ``task.max_steps`` ...), interpolations unresolved
+    (a key whose value cannot resolve yet is still a key)."""
+    tree = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
     keys = []
-    for key in cfg.keys():
-        value = cfg._get_node(key)
-        name = f"{prefix}{key}"
-        keys.append(name)
-        if isinstance(value, DictConfig):
-            keys += flat_keys(value, f"{name}.")
+    for key, value in tree.items():
+        keys.append(f"{prefix}{key}")
+        if isinstance(value, dict):
+            keys += flat_keys(value, f"{prefix}{key}.")
     return keys
+
+
+@functools.lru_cache(maxsize=None)
+def known_keys() -> tuple[str, ...]:
+    """The top-level keys a job config may have: ``conf/config.yaml``'s own keys and its defaults list's
+    groups, and the keys the tasks add (their files are ``@package _global_``: ``sweep_dir``)."""
+    from plasticity import CONF_DIR
+
+    primary = OmegaConf.load(CONF_DIR / "config.yaml")
+    # Defaults entries: "_self_", {group: option}, {"override hydra/...": option} (Hydra's own groups).
+    groups = [str(key) for entry in primary.defaults if isinstance(entry, DictConfig) for key in entry
+              if " " not in str(key) and "/" not in str(key)]
+    tasks = [str(key) for path in sorted((CONF_DIR / "task").glob("*.yaml")) for key in OmegaConf.load(path)]
+    keys = groups + [str(key) for key in primary] + tasks
+    return tuple(dict.fromkeys(key for key in keys if key != "defaults"))
 
 
 # ----------------------------------------------------------------------------------- checkers
@@ -140,8 +150,8 @@ def flat_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
 def check_top_level(cfg: DictConfig, p: Problems) -> None:
     """Unknown top-level keys (``+optimzer.lr=1`` adds ``optimzer``) name the closest known key."""
     for key in cfg.keys():
-        if key not in KNOWN_KEYS:
-            near = closest(str(key), KNOWN_KEYS)
+        if key not in known_keys():
+            near = closest(str(key), known_keys())
             p.add(f"{key}={cfg.get(key)!r} is not a config key{f'; did you mean {near}?' if near else ''}. "
                   f"Fix: {f'{near}.<key>=...' if near else 'remove it'} (python launch.py --cfg job lists every key).")
 
@@ -234,9 +244,9 @@ def check_distributed(cfg: DictConfig, p: Problems) -> None:
                   f"hydra.launcher.gpus_per_node={world // nodes} on GPUs).")
     elif mode == "MULTIRUN":
         p.add(f"trainer.devices={devices!r} x trainer.num_nodes={nodes!r} in a multirun with the "
-              f"{target.rsplit('.', 1)[-1] or 'basic'} launcher: Lightning starts a run's other processes by re-running "
-              f"the command, which would re-run the whole sweep. Fix: launch such a run on its own (no -m), or "
-              f"hydra/launcher=slurm hydra.launcher.tasks_per_node={world // nodes}.")
+              f"{target.rsplit('.', 1)[-1] or 'basic'} launcher: Lightning starts a run's other processes by "
+              f"re-running the command, which would re-run the whole sweep. Fix: launch such a run on its own "
+              f"(no -m), or hydra/launcher=slurm hydra.launcher.tasks_per_node={world // nodes}.")
 
 
 def _launch_of(cfg: DictConfig) -> tuple[str | None, Any]:
@@ -254,20 +264,6 @@ def _launch_of(cfg: DictConfig) -> tuple[str | None, Any]:
     return getattr(running.get("mode"), "name", None), running.get("launcher")
 
 
-_CACHE: dict[tuple, list[str]] = {}
-"""Problems of a model or a dataset already checked in this process (a sweep checks each once)."""
-
-
-def _cached(key: tuple, check: Callable[[Problems], None], p: Problems) -> list[str]:
-    if key not in _CACHE:
-        found = Problems()
-        check(found)
-        _CACHE[key] = found.items
-    for item in _CACHE[key]:
-        p.add(item)
-    return _CACHE[key]
-
-
 def _mtime(path: Any) -> int | None:
     try:
         return os.stat(str(path)).st_mtime_ns
@@ -281,35 +277,60 @@ def _model_kwargs(model: DictConfig) -> dict:
 
 
 def _model_key(model: DictConfig) -> tuple:
-    """The cache key of a model check: name, weights file (and its mtime), architecture arguments."""
+    """What a model check depends on: name, weights file and its mtime (a rewritten file is checked
+    again), architecture arguments (as JSON: hashable)."""
     weights = model.get("weights_file")
-    return "model", model.name, weights, _mtime(weights), repr(sorted(_model_kwargs(model).items()))
+    return model.name, weights, _mtime(weights), json.dumps(_model_kwargs(model), sort_keys=True)
 
 
-def check_model(cfg: DictConfig, p: Problems) -> list[str]:
-    """The timm name, then the weights file's header against the architecture (no model is built)."""
+@functools.lru_cache(maxsize=None)
+def model_problems(name: str, weights_file: str | None, mtime: int | None, kwargs: str) -> tuple[str, ...]:
+    """The timm name, then the weights file's header against the architecture (no model is built).
+
+    Memoised: a sweep checks each model once, and a job checks again what its launch checked.
+
+    Args:
+        name: The timm model name.
+        weights_file: A local weights file, or None.
+        mtime: The file's modification time (part of the memo's key only).
+        kwargs: The architecture arguments, as JSON.
+    """
     from plasticity.models import check_model_name, check_weights_file
 
-    model = cfg.model
+    p = Problems()
+    if p.check(check_model_name, name):
+        p.check(check_weights_file, weights_file, name, json.loads(kwargs))
+    return tuple(p.items)
 
-    def run(q: Problems) -> None:
-        if q.check(check_model_name, model.name):
-            q.check(check_weights_file, model.get("weights_file"), model.name, _model_kwargs(model))
 
-    return _cached(_model_key(model), run, p)
+@functools.lru_cache(maxsize=None)
+def data_problems(spec: Any) -> tuple[str, ...]:
+    """Problems of a dataset's files (:meth:`plasticity.data.DataSpec.check`, headers only); memoised
+    like :func:`model_problems`."""
+    p = Problems()
+    p.check(spec.check)
+    return tuple(p.items)
+
+
+def check_model(cfg: DictConfig, p: Problems) -> None:
+    """The model's name and weights file (:func:`model_problems`)."""
+    for problem in model_problems(*_model_key(cfg.model)):
+        p.add(problem)
 
 
 def check_dataset_values(data: DictConfig, p: Problems) -> None:
     """Dataset options: severity, limit, class count, workers, normalisation, augmentation."""
+    from plasticity.data import DATASETS
     from plasticity.data.sources import check_severity
+    from plasticity.data.splits import expected_classes
 
     p.check(check_severity, data.severity)
     workers = data.get("num_workers", 0)
     p.require(workers == "auto" or (is_int(workers) and workers >= 0),
               f"dataset.num_workers={workers!r} must be a non-negative integer or auto (0 without CUDA, else up to 8).")
     n = data.get("num_classes")
-    p.require(n is None or (is_int(n) and n > 0),
-              f"dataset.num_classes={n!r} must be a positive integer or null (the dataset's own).")
+    if data.name in DATASETS:  # an unknown name is check_dataset's problem (expected_classes would repeat it)
+        p.check(expected_classes, data.name, n)
     if data.get("classes") is not None:
         classes = data.classes
         classes = list(classes) if isinstance(classes, ListConfig) else classes
@@ -362,24 +383,30 @@ def check_dataset(cfg: DictConfig, p: Problems, name: str, key: str = "dataset",
         p.add(f"dataset={name!r} is the plasticity reference (test split only): it cannot be trained on. "
               f"Fix: another dataset; use it as task.reference={name} of task=plasticity.")
         return
-    spec = _spec(cfg, name)
-    _cached(("data", spec), lambda q: q.check(spec.check), p)
+    for problem in data_problems(_spec(cfg, name)):
+        p.add(problem)
 
 
-def inputs_status(cfg: DictConfig) -> tuple[str, str]:
-    """For a dry run: whether a job's data and weights exist, as ``ok`` or the problem."""
+def inputs_status(cfg: DictConfig, sections: tuple[str, ...]) -> tuple[str, str]:
+    """For a dry run: whether a job's data and weights exist, as ``ok`` or the problem.
+
+    Args:
+        cfg: The job config.
+        sections: Its recipe's sections: a recipe without ``dataset`` (``model``) reads no data
+            (weights), which are then ``ok``.
+    """
     from plasticity.data import DATASETS
 
     names = [cfg.dataset.name] + ([cfg.task.reference] if "reference" in cfg.task else [])
-    data_problems = []
-    for name in names:
-        if name in DATASETS:
-            data_problems += _CACHE.get(("data", _spec(cfg, name)), [])
-    data = "; ".join(data_problems) or "ok"
+    found = [problem for name in names if name in DATASETS and "dataset" in sections
+             for problem in data_problems(_spec(cfg, name))]
+    data = "; ".join(found) or "ok"
     weights = cfg.model.get("weights_file")
     if not weights:
         return data, "hub" if cfg.model.get("pretrained") else "random init"
-    return data, "; ".join(_CACHE.get(_model_key(cfg.model), [])) or "ok"
+    if "model" not in sections:
+        return data, "ok"
+    return data, "; ".join(model_problems(*_model_key(cfg.model))) or "ok"
 
 
 def _spec(cfg: DictConfig, name: str):

@@ -145,8 +145,8 @@ def assert_same_run(a: Path, b: Path) -> None:
 
 @pytest.mark.parametrize("skip_done", [True, False])
 def test_launcher_submits_only_runs_not_done(tmp_path, monkeypatch, capsys, skip_done):
-    """The launchers' filter in-process (the local launcher; submission itself stubbed): the plan the
-    sweep checked decides, the skipped job's record is journaled and returned, numbers are kept."""
+    """The launchers' filter in-process (the local launcher; its plan and the submission stubbed): the
+    plan decides, the skipped job's record is journaled and returned, numbers are kept."""
     from hydra.core.utils import JobReturn, JobStatus
     from hydra_plugins.plasticity_launcher import LocalLauncher
     from omegaconf import OmegaConf
@@ -156,25 +156,26 @@ def test_launcher_submits_only_runs_not_done(tmp_path, monkeypatch, capsys, skip
 
     cfg = OmegaConf.create({"sweep": {"skip_done": skip_done}})
     done = {"status": "done", "test_acc": 0.5, "component": "ln1"}
-    plan = [sweep.Job(0, ["seed=0"], cfg, tmp_path / "a", state=RunState("same", done)),
+    plan = [sweep.Job(0, ["seed=0"], cfg, tmp_path / "a", state=RunState("finished", done)),
             sweep.Job(1, ["seed=1"], cfg, tmp_path / "b", state=RunState("new")),
             sweep.Job(2, ["seed=2"], cfg, tmp_path / "c", state=RunState("resume"))]
     submitted: list[tuple[int, list[str]]] = []
 
     def submit(todo):
-        submitted.extend((num, job.overrides) for num, job in todo)
-        return {num: JobReturn(status=JobStatus.COMPLETED, _return_value={"status": "done", "num": num})
-                for num, _ in todo}
+        submitted.extend((job.num, job.overrides) for job in todo)
+        return {job.num: JobReturn(status=JobStatus.COMPLETED, _return_value={"status": "done", "num": job.num})
+                for job in todo}
+
+    def plan_batch(overrides, first):  # the plan above; a job it does not hold does not compose
+        known = {tuple(job.overrides): job for job in plan}
+        return [known.get(tuple(o)) or sweep.Job(first + i, list(o), None) for i, o in enumerate(overrides)]
 
     launcher = LocalLauncher(submitit_folder=str(tmp_path / ".submitit"))
     launcher.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
-    monkeypatch.setattr(launcher, "_submit", submit)
+    monkeypatch.setattr(launcher, "submit", submit)
+    monkeypatch.setattr(launcher, "plan_batch", plan_batch)
     monkeypatch.setenv(sweep.SWEEP_ID, "test")
-    sweep.hand_over(plan)
-    try:
-        returns = launcher.launch([["seed=0"], ["seed=1"], ["seed=2"], ["seed=3"]], initial_job_idx=0)
-    finally:
-        sweep.hand_over([])
+    returns = launcher.launch([["seed=0"], ["seed=1"], ["seed=2"], ["seed=3"]], initial_job_idx=0)
     journaled = sweep.journal_dir(tmp_path, "test") / "000000.json"
     if skip_done:
         assert "skipped 1 done runs, submitting 3" in capsys.readouterr().out

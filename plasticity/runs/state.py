@@ -31,8 +31,9 @@ class RunState:
     """A run directory as a launch finds it.
 
     Attributes:
-        kind: ``new`` | ``same`` (finished, same config) | ``conflict`` (finished or interrupted,
-            another config) | ``resume`` (interrupted, same config) | ``failed`` | ``running``.
+        kind: ``new`` | ``finished`` (done or diverged with the same config: skip it) | ``conflict``
+            (finished or interrupted, another config) | ``resume`` (interrupted, same config) |
+            ``failed`` | ``running``.
         record: The existing ``result.json``, if any.
         diff: ``(key, old, new)`` of the protocol keys that differ (conflicts and failed runs).
         holder: Who runs it (``running`` only).
@@ -59,6 +60,7 @@ def _diff(run_dir: Path, record: dict | None, new: dict, new_hash: str, sections
     old = _old_protocol(run_dir, sections)
     if old is not None:
         return config_diff(old, new)
+    # No config.yaml (a record written by hand or by an older version): the record's hash is all there is.
     old_hash = (record or {}).get("config_hash")
     return [] if old_hash in (None, new_hash) else [("config_hash", old_hash, new_hash)]
 
@@ -75,18 +77,18 @@ def inspect_run(run_dir: str | Path, cfg: Any, sections: tuple[str, ...], locked
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return RunState("new")
-    holder = None if locked else lock_holder(run_dir)
+    holder = None if locked else lock_holder(run_dir)  # the caller's own lock would read as "running"
     if holder is not None:
         return RunState("running", read_result(run_dir), holder=holder)
     new = protocol(cfg, sections)
     new_hash = digest(new)
     record = read_result(run_dir)
     started = (run_dir / STARTED_FILE).is_file()
-    if record is None and not started:
+    if record is None and not started:  # an empty folder (Hydra made it; the job was rejected or killed at once)
         return RunState("new")
     diff = _diff(run_dir, record, new, new_hash, sections)
     if record is not None and record.get("status") in FINISHED:
-        return RunState("conflict" if diff else "same", record, diff)
+        return RunState("conflict" if diff else "finished", record, diff)
     if record is None:  # started, never finished: interrupted (killed, preempted, timed out)
         return RunState("conflict" if diff else "resume", None, diff)
     return RunState("failed", record, diff)
@@ -121,7 +123,7 @@ def archive_run(run_dir: str | Path) -> Path:
     target = run_dir.parent / f".{run_dir.name}.replaced-{time.strftime('%Y%m%d-%H%M%S')}"
     target.mkdir(parents=True, exist_ok=False)
     for entry in run_dir.iterdir():
-        if entry.name != LOCK_FILE:
+        if entry.name != LOCK_FILE:  # this process holds it: the run directory stays owned while it is rebuilt
             shutil.move(str(entry), target / entry.name)
     return target
 

@@ -1,0 +1,55 @@
+"""Where plasticity relies on a library's behaviour that has no public API, each in one section.
+
+Every section names the library version it was checked against; ``tests/test_compat.py`` compares
+it with the library's own code and fails, naming the section, when that behaviour changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# ------------------------------------------------------------------ hydra-submitit-launcher 1.2.0
+
+
+def submit_array(launcher: Any, jobs: list[tuple[int, list[str]]]) -> list[Any]:
+    """Submits ``jobs`` (``(sweep number, overrides)``) as one job array through a hydra-submitit-launcher
+    launcher, each job keeping its number; returns submitit's job handles without waiting.
+
+    The launcher's public ``launch`` numbers the jobs it gets consecutively and waits for every
+    result, raising at the first job that ended without one; the submitting launchers
+    (:mod:`plasticity.launcher`) leave some jobs out and record a killed job as failed. This is the
+    same submission as the plugin's ``launch`` (executor, parameters, sweep folder and the arguments
+    its ``__call__`` takes, run on the node), read from its ``submitit_launcher.py``.
+
+    Args:
+        launcher: A set-up ``BaseSubmititLauncher`` (its ``config`` holds ``hydra.sweep``).
+        jobs: The jobs to submit, in order.
+    """
+    import submitit
+    from hydra.core.singleton import Singleton
+    from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+    from omegaconf import OmegaConf
+
+    cluster, params = launcher._EXECUTOR, launcher.params  # "slurm" | "local": the plugin's class attribute
+    # max_num_timeout and the folder go to the executor's constructor, not to update_parameters.
+    executor = submitit.AutoExecutor(cluster=cluster, folder=params["submitit_folder"],
+                                     **{f"{cluster}_{k}": v for k, v in params.items() if k == "max_num_timeout"})
+    shared = set(OmegaConf.structured(BaseQueueConf).keys())  # keys every cluster takes; others get the prefix
+    executor.update_parameters(**{k if k in shared else f"{cluster}_{k}": v for k, v in params.items()
+                                  if k not in ("submitit_folder", "max_num_timeout")})
+    sweep_dir = Path(str(launcher.config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    if "mode" in launcher.config.hydra.sweep:
+        os.chmod(sweep_dir, mode=int(str(launcher.config.hydra.sweep.mode), 8))
+    # The launcher's __call__(overrides, job_dir_key, job_num, job_id, singleton_state), on the node.
+    state = Singleton.get_state()
+    args = [(list(overrides), "hydra.sweep.dir", num, f"job_id_for_{num}", state) for num, overrides in jobs]
+    handles = executor.map_array(launcher, *zip(*args))
+    for (num, _), handle in zip(jobs, handles):
+        log.info("job %d -> %s %s", num, cluster, handle.job_id)
+    return handles
