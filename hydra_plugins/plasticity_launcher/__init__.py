@@ -10,6 +10,7 @@ from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 from plasticity.launcher import SkipDone
 
 
+# SkipDone first: its launch() comes before the base launcher's in the method order.
 class SlurmLauncher(SkipDone, submitit_launcher.SlurmLauncher):
     """``hydra/launcher=slurm``: one job array of the runs that are not done."""
 

@@ -34,7 +34,7 @@ __all__ = ["REGISTRY", "Recipe", "get", "names", "register", "tree_sections", "v
 REGISTRY: dict[str, type[Recipe]] = {}
 """Task name -> recipe class, filled as recipe modules are imported."""
 
-_NOT_TASKS = ("base",)
+_NOT_TASKS = ("base",)  # modules of this package that hold shared code, not a task
 
 
 class Recipe(Protocol):
@@ -76,7 +76,7 @@ def get(name: str) -> type[Recipe]:
     if name not in names():
         raise ValueError(f"task={name!r} is not a task. Choices: {', '.join(names())}. Fix: task=<one of them>.")
     if name not in REGISTRY:
-        importlib.import_module(f"{__name__}.{name}")
+        importlib.import_module(f"{__name__}.{name}")  # its @register fills REGISTRY
     return REGISTRY[name]
 
 
@@ -96,7 +96,7 @@ def validate(cfg: DictConfig, local: bool = True) -> list[str]:
             on the node).
     """
     p = Problems()
-    check_top_level(cfg, p)
+    check_top_level(cfg, p)  # a mistyped key (+optimzer.lr=1) is reported whatever the task
     task = cfg.get("task", {}).get("name")
     if not p.require(task in names(), f"task={task!r} is not a task. Choices: {', '.join(names())}. "
                                       f"Fix: task=<one of them>."):

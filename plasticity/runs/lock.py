@@ -56,14 +56,14 @@ class RunLock:
 
     def acquire(self) -> bool:
         """Takes the lock; False (and :attr:`holder` set) when another process holds it."""
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # no O_TRUNC: the holder's info stays readable
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.holder = _read(fd)
             os.close(fd)
             return False
-        os.ftruncate(fd, 0)
+        os.ftruncate(fd, 0)  # ours now: the previous holder's info goes
         os.pwrite(fd, json.dumps(_holder_info()).encode(), 0)
         self._fd = fd
         return True
@@ -85,15 +85,15 @@ def lock_holder(run_dir: str | Path) -> dict | None:
     """Who holds the run directory's lock, or None when nobody does (creates nothing)."""
     path = Path(run_dir) / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)  # read only: asking creates nothing
     except (FileNotFoundError, NotADirectoryError):
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a shared lock is refused only while someone holds it
     except BlockingIOError:
         return _read(fd) or {"host": "?", "pid": "?"}
     else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        fcntl.flock(fd, fcntl.LOCK_UN)  # at once: a launch about to take the lock must not find it held
         return None
     finally:
         os.close(fd)

@@ -90,8 +90,8 @@ def announce(run_dir: str | Path, action: str, resume: str | None = None, num_no
     written to ``<run_dir>/.ranks.json``. A single-process run writes no file.
     """
     decision = {"action": action, "resume": resume, "run_dir": str(run_dir)}
-    os.environ[DECISION_ENV] = json.dumps(decision)
-    token = _token() if slurm_tasks() > 1 or num_nodes > 1 else None
+    os.environ[DECISION_ENV] = json.dumps(decision)  # for the ranks Lightning starts from this process
+    token = _token() if slurm_tasks() > 1 or num_nodes > 1 else None  # ranks in other processes: the file
     if token is not None and Path(run_dir).is_dir():
         write_json_atomic(Path(run_dir) / DECISION_FILE, {**decision, "token": token})
 
@@ -99,6 +99,8 @@ def announce(run_dir: str | Path, action: str, resume: str | None = None, num_no
 def conclude(run_dir: str | Path, num_nodes: int = 1) -> None:
     """Rank 0, when its job ends: after a run every rank took part in (it announced ``run``), the
     decision file is removed; otherwise ranks may still be waiting, and are told to ``stop``."""
+    # What this process announced last (the recipe announces "run" just before Trainer.fit): the same
+    # variable its Lightning-started ranks inherit.
     last = json.loads(os.environ.get(DECISION_ENV) or "{}")
     if last.get("run_dir") == str(run_dir) and last.get("action") == "run":
         Path(run_dir, DECISION_FILE).unlink(missing_ok=True)
@@ -116,7 +118,7 @@ def await_decision(run_dir: str | Path, timeout_s: float = WAIT_S) -> dict[str, 
     inherited = os.environ.get(DECISION_ENV)
     if inherited:
         decision = json.loads(inherited)
-        if decision.get("run_dir") == str(run_dir):
+        if decision.get("run_dir") == str(run_dir):  # not a decision for an earlier job of the same process
             return decision
     token = _token()
     if token is None:
@@ -126,7 +128,7 @@ def await_decision(run_dir: str | Path, timeout_s: float = WAIT_S) -> dict[str, 
     path, deadline = Path(run_dir) / DECISION_FILE, time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = read_json(path)
-        if found and found.get("token") == token:
+        if found and found.get("token") == token:  # a file of an earlier attempt (before a requeue) is not it
             return found
         time.sleep(0.2)
     raise RuntimeError(f"rank {global_rank()}: rank 0 wrote no decision for launch {token} to {path} within "
