@@ -17,18 +17,13 @@ log = logging.getLogger(__name__)
 
 
 def submit_array(launcher: Any, jobs: list[tuple[int, list[str]]]) -> list[Any]:
-    """Submits ``jobs`` (``(sweep number, overrides)``) as one job array through a hydra-submitit-launcher
-    launcher, each job keeping its number; returns submitit's job handles without waiting.
+    """Submits ``jobs`` (``(sweep number, overrides)``) as one job array through a set-up
+    hydra-submitit-launcher launcher, each job keeping its number; returns submitit's job handles.
 
-    The launcher's public ``launch`` numbers the jobs it gets consecutively and waits for every
-    result, raising at the first job that ended without one; the submitting launchers
-    (:mod:`plasticity.launcher`) leave some jobs out and record a killed job as failed. This is the
-    same submission as the plugin's ``launch`` (executor, parameters, sweep folder and the arguments
-    its ``__call__`` takes, run on the node), read from its ``submitit_launcher.py``.
-
-    Args:
-        launcher: A set-up ``BaseSubmititLauncher`` (its ``config`` holds ``hydra.sweep``).
-        jobs: The jobs to submit, in order.
+    The plugin's public ``launch`` does the same but numbers its jobs consecutively and waits for every
+    result, raising at the first job that ended without one: :mod:`plasticity.launcher` leaves done
+    jobs out and records a killed job as failed. Executor, parameters, sweep folder and the arguments
+    of the launcher's ``__call__`` (run on the node) are those of the plugin's ``launch``.
     """
     import submitit
     from hydra.core.singleton import Singleton

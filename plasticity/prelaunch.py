@@ -130,8 +130,7 @@ def status_of(job: Job) -> str:
 
 
 def inputs_of(job: Job) -> tuple[str, str]:
-    """The job's data and weights status (:func:`plasticity.validate.inputs_status`); ``?`` for a job
-    that does not compose."""
+    """The job's data and weights status (:func:`plasticity.validate.inputs_status`)."""
     from plasticity.recipes import get, names
     from plasticity.validate import inputs_status
 

@@ -223,18 +223,6 @@ def journal(sweep_dir: str | Path, num: int, record: dict, replace: bool = True)
         write_json_atomic(path, record)  # atomic: the summary may read the folder while jobs still write
 
 
-def job_record(job_return: JobReturn, run_dir: str) -> dict[str, Any]:
-    """The record a job returned; a failed record when its task function raised (``run_job``
-    records its own failures, so this should not happen) or returned something else."""
-    try:
-        value = job_return.return_value  # re-raises what the task function raised
-    except Exception as err:
-        value = err
-    if isinstance(value, dict):
-        return value
-    return {"status": "failed", "error": repr(value), "run_dir": run_dir}
-
-
 class SweepSummary(Callback):
     """Journals each multirun job's record, then prints the sweep's summary."""
 
@@ -250,7 +238,13 @@ class SweepSummary(Callback):
         # Runs in the job's process. Rank 0 alone journals a DDP run: the other ranks record nothing.
         if hydra_cfg.mode != RunMode.MULTIRUN or not is_rank_zero():
             return
-        journal(hydra_cfg.sweep.dir, hydra_cfg.job.num, job_record(job_return, hydra_cfg.runtime.output_dir))
+        try:  # return_value re-raises what the task function raised (run_job records its own failures)
+            record = job_return.return_value
+        except Exception as err:
+            record = err
+        if not isinstance(record, dict):  # should not happen: recorded all the same
+            record = {"status": "failed", "error": repr(record), "run_dir": hydra_cfg.runtime.output_dir}
+        journal(hydra_cfg.sweep.dir, hydra_cfg.job.num, record)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         os.environ.pop(SWEEP_ID, None)  # a later launch in this process is another sweep
@@ -258,25 +252,17 @@ class SweepSummary(Callback):
             return
         folder = journal_dir(config.hydra.sweep.dir, self.sweep_id)
         records = [r for p in sorted(folder.glob("*.json")) if (r := read_json(p))]
-        print_summary(records, f"sweep {self.sweep_id}: {len(records)} runs", folder)
-
-
-def print_summary(records: list[dict], title: str, folder: Path) -> None:
-    """One row per run, the count per status, each failed run with its error.
-
-    Raises:
-        SystemExit: code 1 when a run failed or was rejected.
-    """
-    con = console()
-    con.print(results_table(records, title=title))
-    counts = {s: sum(r.get("status") == s for r in records) for s in ("done", "diverged", "failed", "running",
-                                                                       "rejected")}
-    skipped = sum(bool(r.get("skipped")) and r.get("status") != "running" for r in records)
-    con.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | failed "
-              f"{counts['failed']} | running elsewhere {counts['running']} | rejected {counts['rejected']} | "
-              f"journal {folder}", highlight=False)
-    failed = [r for r in records if r.get("status") in ("failed", "rejected")]
-    for r in failed:
-        con.print(f"[red]{r.get('status')}[/red] " + escape(f"{r.get('run_dir')}: {r.get('error')}"), highlight=False)
-    if failed:
-        raise SystemExit(1)
+        con = console()
+        con.print(results_table(records, title=f"sweep {self.sweep_id}: {len(records)} runs"))
+        counts = {s: sum(r.get("status") == s for r in records) for s in ("done", "diverged", "failed", "running",
+                                                                           "rejected")}
+        skipped = sum(bool(r.get("skipped")) and r.get("status") != "running" for r in records)
+        con.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | failed "
+                  f"{counts['failed']} | running elsewhere {counts['running']} | rejected {counts['rejected']} | "
+                  f"journal {folder}", highlight=False)
+        failed = [r for r in records if r.get("status") in ("failed", "rejected")]
+        for r in failed:
+            con.print(f"[red]{r.get('status')}[/red] " + escape(f"{r.get('run_dir')}: {r.get('error')}"),
+                      highlight=False)
+        if failed:  # the launch's exit code says a run failed
+            raise SystemExit(1)

@@ -277,8 +277,7 @@ def _model_kwargs(model: DictConfig) -> dict:
 
 
 def _model_key(model: DictConfig) -> tuple:
-    """What a model check depends on: name, weights file and its mtime (a rewritten file is checked
-    again), architecture arguments (as JSON: hashable)."""
+    """The arguments of :func:`model_problems` (a rewritten weights file has another mtime)."""
     weights = model.get("weights_file")
     return model.name, weights, _mtime(weights), json.dumps(_model_kwargs(model), sort_keys=True)
 
@@ -286,15 +285,7 @@ def _model_key(model: DictConfig) -> tuple:
 @functools.lru_cache(maxsize=None)
 def model_problems(name: str, weights_file: str | None, mtime: int | None, kwargs: str) -> tuple[str, ...]:
     """The timm name, then the weights file's header against the architecture (no model is built).
-
-    Memoised: a sweep checks each model once, and a job checks again what its launch checked.
-
-    Args:
-        name: The timm model name.
-        weights_file: A local weights file, or None.
-        mtime: The file's modification time (part of the memo's key only).
-        kwargs: The architecture arguments, as JSON.
-    """
+    Memoised on the name, the file and its ``mtime``, and the architecture arguments (as JSON: hashable)."""
     from plasticity.models import check_model_name, check_weights_file
 
     p = Problems()
@@ -305,8 +296,7 @@ def model_problems(name: str, weights_file: str | None, mtime: int | None, kwarg
 
 @functools.lru_cache(maxsize=None)
 def data_problems(spec: Any) -> tuple[str, ...]:
-    """Problems of a dataset's files (:meth:`plasticity.data.DataSpec.check`, headers only); memoised
-    like :func:`model_problems`."""
+    """Problems of a dataset's files (:meth:`plasticity.data.DataSpec.check`, headers only), memoised."""
     p = Problems()
     p.check(spec.check)
     return tuple(p.items)

@@ -98,8 +98,6 @@ def validate(cfg: DictConfig, local: bool = True) -> list[str]:
     p = Problems()
     check_top_level(cfg, p)  # a mistyped key (+optimzer.lr=1) is reported whatever the task
     task = cfg.get("task", {}).get("name")
-    if not p.require(task in names(), f"task={task!r} is not a task. Choices: {', '.join(names())}. "
-                                      f"Fix: task=<one of them>."):
-        return p.items
-    get(task).validate(cfg, p, local)
+    if p.check(get, task):  # an unknown task: get's message, and nothing more to check
+        get(task).validate(cfg, p, local)
     return p.items

@@ -36,10 +36,7 @@ WAIT_S = 1800.0
 
 def slurm_tasks() -> int:
     """Tasks of the SLURM job step this process runs in (1 outside SLURM)."""
-    try:
-        return int(os.environ.get("SLURM_NTASKS", "1"))
-    except ValueError:
-        return 1
+    return _env_int("SLURM_NTASKS", 1)
 
 
 def num_nodes(cfg: Any) -> int:
@@ -48,11 +45,11 @@ def num_nodes(cfg: Any) -> int:
     return value if isinstance(value, int) and value > 0 else 1
 
 
-def _env_int(name: str) -> int:
+def _env_int(name: str, default: int = 0) -> int:
     try:
-        return int(os.environ.get(name, "0"))
+        return int(os.environ.get(name, str(default)))
     except ValueError:
-        return 0
+        return default
 
 
 def global_rank() -> int:
