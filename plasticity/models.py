@@ -7,20 +7,19 @@ pretrains on Fashion-MNIST as its stand-in for ViT-B/16 pretrained on ImageNet-2
 from __future__ import annotations
 
 import logging
-
 from pathlib import Path
 
 import timm
 import torch
 import torch.nn as nn
-from timm.models import register_model
-from timm.models.vision_transformer import _create_vision_transformer
+from timm.models import build_model_with_cfg, clean_state_dict, register_model
+from timm.models.vision_transformer import VisionTransformer, checkpoint_filter_fn
 
 from plasticity.errors import WeightsError, did_you_mean
 
 log = logging.getLogger(__name__)
 
-default_cfgs = {
+default_cfgs = {  # read by timm's register_model: the model's pretrained cfg (no hub weights: url "")
     "vit_micro_patch7_28": {
         "url": "",
         "num_classes": 10,
@@ -35,9 +34,14 @@ default_cfgs = {
 
 @register_model
 def vit_micro_patch7_28(pretrained: bool = False, **kwargs) -> nn.Module:
-    """ViT-Micro/7 at 28x28: width 64, depth 6, 4 heads, MLP ratio 4 (0.3M parameters, 17 tokens)."""
+    """ViT-Micro/7 at 28x28: width 64, depth 6, 4 heads, MLP ratio 4 (0.3M parameters, 17 tokens).
+
+    Built as timm builds its own ViTs: a weights file goes through timm's ViT checkpoint filter,
+    which resamples ``pos_embed`` and the patch embedding when the input size differs.
+    """
     args = dict(img_size=28, patch_size=7, embed_dim=64, depth=6, num_heads=4)
-    return _create_vision_transformer("vit_micro_patch7_28", pretrained=pretrained, **{**args, **kwargs})
+    return build_model_with_cfg(VisionTransformer, "vit_micro_patch7_28", pretrained,
+                                pretrained_filter_fn=checkpoint_filter_fn, **{**args, **kwargs})
 
 
 def check_model_name(name: str) -> None:
@@ -138,8 +142,6 @@ def torch_shapes(weights_file: str) -> dict[str, tuple[int, ...]]:
     """Shapes of the state dict in a ``torch.save`` file, loaded onto the meta device (no data read
     from a zip checkpoint; a legacy pickle is parsed in full)."""
     import argparse
-
-    from timm.models._helpers import clean_state_dict
 
     with torch.serialization.safe_globals([argparse.Namespace]):  # timm training checkpoints
         obj = torch.load(weights_file, map_location="meta", weights_only=True)

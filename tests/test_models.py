@@ -16,6 +16,18 @@ def test_head_is_reset_to_the_task_and_the_micro_vit_is_registered():
     assert net(torch.zeros(2, 3, 28, 28)).shape == (2, 7)
 
 
+def test_the_micro_vit_is_timms_own_vit_at_its_sizes():
+    """The registration builds what timm's public factory builds from a registered ViT with the
+    micro's sizes: the same modules and, seeded alike, the same initial weights (checked against timm 1.0.31)."""
+    torch.manual_seed(0)
+    micro = timm.create_model("vit_micro_patch7_28", num_classes=10).state_dict()
+    torch.manual_seed(0)
+    sizes = dict(img_size=28, patch_size=7, embed_dim=64, depth=6, num_heads=4, num_classes=10)
+    tiny = timm.create_model("vit_tiny_patch16_224", **sizes).state_dict()
+    assert list(micro) == list(tiny)
+    assert all(torch.equal(micro[k], tiny[k]) for k in micro), f"timm {timm.__version__} initialises differently"
+
+
 def test_local_weights_file_loads_everything_but_the_head(tmp_path):
     torch.manual_seed(1)
     source = create_model("vit_micro_patch7_28", num_classes=10, depth=2)
