@@ -16,6 +16,17 @@ from tests.slurm_cluster import slurm_cluster  # noqa: E402,F401  (the session's
 torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config, items):
+    """A bare ``pytest`` on a machine without CUDA skips the ``gpu`` tests (``make test-gpu`` runs them)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA: torch.cuda.is_available() is False here; run make test-gpu on a "
+                                   "GPU machine")
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """Fashion-MNIST in its real idx format, 200 train and 100 test images, one copy per test module
