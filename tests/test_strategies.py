@@ -20,6 +20,7 @@ from plasticity.components import (
 )
 from plasticity.data.augment import DeviceTransform
 from plasticity.module import FinetuneModule
+from tests.test_components import micro_group_counts, micro_unit_counts
 from tests.test_launch import launch, result, run_dir
 from tests.test_module import loader, trainer
 
@@ -147,9 +148,12 @@ def test_auto_picks_the_group_made_most_plastic(micro_vit):
 
 def test_auto_budget_takes_the_most_plastic_units_that_fit(micro_vit):
     table = measure_units(micro_vit, pair_batches())
-    params = unit_params(micro_vit)
+    block, _ = micro_unit_counts()
+    params = {(g, b): n for b in range(2) for g, n in block.items()}  # by hand, not plasticity's own table
+    assert unit_params(micro_vit) == params
     assert {(r["group"], r["block"]): r["params"] for r in table} == params
     total = sum(p.numel() for p in micro_vit.parameters())
+    assert total == sum(micro_group_counts(depth=2).values())
     budget = 0.3
     units = choose(table, budget, total)
     ranked = sorted(table, key=lambda r: (-r["mean"], r["block"], GROUPS.index(r["group"])))  # ties: earlier first
@@ -184,8 +188,11 @@ def test_auto_runs_to_a_done_record_with_its_choice(tmp_path, data_dir):
     rec = result(run_dir(tmp_path, "auto_budget0.2"))
     assert rec["status"] == "done" and rec["strategy"] == "auto" and rec["selected"]
     assert len(rec["auto_table"]) == 5 * 2 and rec["auto_s"] > 0
+    assert rec["auto_s"] < rec["wall_s"]  # the measurement is part of the job's wall time
     chosen = {tuple(u.split("@")) for u in rec["selected"]}
-    fit = sum(r["params"] for r in rec["auto_table"] if (r["group"], str(r["block"])) in chosen)
+    block, _ = micro_unit_counts()  # by hand, not the record's own table
+    assert all(r["params"] == block[r["group"]] for r in rec["auto_table"])
+    fit = sum(block[group] for group, _ in chosen)
     assert rec["trainable_params"] == fit
     (tmp_path / "again").mkdir()
     again = launch(tmp_path / "again", data_dir, *args)
