@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +74,17 @@ def test_fashion_mnist_sizes_types_and_content(fmnist: Path) -> None:
 
 def test_split_hash_stable_and_sensitive(fmnist: Path, tmp_path: Path) -> None:
     a, b = load_splits(DataSpec("fashion_mnist", fmnist)), load_splits(DataSpec("fashion_mnist", fmnist))
-    assert len(a.split_hash) == 12 and int(a.split_hash, 16) >= 0
+    assert len(a.split_hash) == 12 and re.fullmatch(r"[0-9a-f]{12}", a.split_hash)
+    # recomputed by hand from the fixture's labels and the seed-42 80/20 split: sha256 of the name and
+    # severity, then each split's int64 indices and labels (train, val, test), first 12 hex digits
+    _, labels = fake_fashion_mnist(N_TRAIN, 6)  # the fixture's train stream for seed 3
+    _, test_labels = fake_fashion_mnist(N_TEST, 7)
+    perm = np.random.RandomState(42).permutation(N_TRAIN)
+    h = hashlib.sha256(b"fashion_mnist|None")
+    for idx, lab in ((perm[:200], labels[perm[:200]]), (perm[200:], labels[perm[200:]]),
+                     (np.arange(N_TEST), test_labels)):
+        h.update(idx.astype("<i8").tobytes() + b"|" + lab.astype("<i8").tobytes() + b"#")
+    assert a.split_hash == h.hexdigest()[:12]
     assert a.split_hash == b.split_hash
     bigger = write_fashion_mnist(tmp_path, n_train=N_TRAIN + 1, n_test=N_TEST, seed=3)
     assert load_splits(DataSpec("fashion_mnist", bigger)).split_hash != a.split_hash
