@@ -274,8 +274,9 @@ def test_flowers102_mat_contents_are_deterministic(tmp_path):
     """The .mat bytes embed a creation time; their arrays do not change."""
     write_flowers102(tmp_path / "a", seed=3)
     write_flowers102(tmp_path / "b", seed=3)
-    for name in ("imagelabels.mat", "setid.mat"):
+    for name, keys in (("imagelabels.mat", {"labels"}), ("setid.mat", {"trnid", "valid", "tstid"})):
         a, b = loadmat(tmp_path / "a" / "flowers-102" / name), loadmat(tmp_path / "b" / "flowers-102" / name)
+        assert {k for k in a if not k.startswith("__")} == keys  # torchvision's Flowers102 reads these
         for key in (k for k in a if not k.startswith("__")):
             np.testing.assert_array_equal(a[key], b[key])
 
