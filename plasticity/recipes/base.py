@@ -3,12 +3,12 @@ the two analyses (the model on its device and the stream of image pairs)."""
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Iterator
 
 from omegaconf import DictConfig
 
+from plasticity.devices import autocast, device
 from plasticity.validate import (
     Problems,
     check_dataset,
@@ -53,13 +53,6 @@ class RecipeBase:
 
     def run(self) -> dict[str, Any]:  # pragma: no cover - every recipe overrides it
         raise NotImplementedError
-
-
-def device(name: str) -> "torch.device":
-    """``auto``: CUDA when available, else CPU."""
-    import torch
-
-    return torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
 
 
 class AnalysisRecipe(RecipeBase):
@@ -108,12 +101,9 @@ class AnalysisRecipe(RecipeBase):
                            weights_file=model.weights_file, **model.kwargs)
         return net.to(self.device).eval()
 
-    def autocast(self):
-        import torch
-
-        if self.cfg.task.precision == "bf16-mixed" and self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return nullcontext()
+    def autocast(self) -> ContextManager:
+        """``task.precision`` on the task's device (:func:`plasticity.devices.autocast`)."""
+        return autocast(self.cfg.task.precision, self.device)
 
     def pairs(self, net: "torch.nn.Module", ref: "ArraySet", down: "ArraySet") -> Iterator["torch.Tensor"]:
         """Batches of 2B transformed images on the device: B reference images, then B downstream."""

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, ListConfig
 
+from plasticity.devices import autocast, check_device, device, precision
 from plasticity.recipes import register
-from plasticity.recipes.base import RecipeBase, device
+from plasticity.recipes.base import RecipeBase
 from plasticity.validate import (
     Problems,
     check_dataset,
@@ -112,21 +113,10 @@ class LinearProbe(RecipeBase):
             splits = Splits(train, splits.val, splits.test, splits.num_classes, splits.split_hash, splits.prepared)
         return splits
 
+    @property
     def precision(self) -> str:
-        """``auto``: bf16-mixed on CUDA, fp32 elsewhere."""
-        value = str(self.cfg.task.precision)
-        if value == "auto":
-            return "bf16-mixed" if self.device.type == "cuda" else "32-true"
-        return value
-
-    def autocast(self):
-        from contextlib import nullcontext
-
-        import torch
-
-        if self.precision() == "bf16-mixed" and self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
-        return nullcontext()
+        """``task.precision`` with ``auto`` resolved for the task's device (:func:`plasticity.devices.precision`)."""
+        return precision(self.cfg.task.precision, self.device.type == "cuda")
 
     # ------------------------------------------------------------------------------- features
 
@@ -155,7 +145,7 @@ class LinearProbe(RecipeBase):
             if len(arrays) == 0:
                 continue
             start = time.perf_counter()
-            with self.autocast():
+            with autocast(self.precision, self.device):
                 out[name] = extract_features(net, self.batches(arrays, transform), task.features, task.pool)
             log.info("features of %s: %d x %d in %.1f s", name, *out[name].shape, time.perf_counter() - start)
         return out
@@ -185,50 +175,65 @@ class LinearProbe(RecipeBase):
 
     def save(self, W: "torch.Tensor", b: "torch.Tensor", mean: "torch.Tensor", std: "torch.Tensor", C: float) -> None:
         """``probe.safetensors``, atomically: W, b and the standardisation's mean and std."""
-        from safetensors.torch import save_file
-
-        from plasticity.runs.io import atomic_path
+        from plasticity.runs.io import write_safetensors_atomic
 
         task = self.cfg.task
-        tensors = {"W": W, "b": b, "mean": mean, "std": std}
         meta = {"C": repr(C), "features": str(task.features), "pool": str(task.pool), "normalise": "l2+standardise"}
-        with atomic_path(self.run_dir / PROBE_FILE) as tmp:
-            save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=meta)
+        write_safetensors_atomic(self.run_dir / PROBE_FILE, {"W": W, "b": b, "mean": mean, "std": std}, meta)
 
     def run(self) -> dict[str, Any]:
         """Features, standardisation, fit, test; returns the record's fields."""
         import torch
 
-        from plasticity.probe import accuracy, grad_max, l2_standardise, loss
-
-        task = self.cfg.task
         torch.manual_seed(self.cfg.seed)
         net = self.setup_net()
         splits = self.setup_splits(net)
         start = time.perf_counter()
         raw = self.features(net, splits)
         feature_s = time.perf_counter() - start
-        if task.select_c and "val" not in raw:
+        x, y, mean, std = self.standardise(raw, splits)
+        start = time.perf_counter()
+        fitted = self.fit(x, y, splits.num_classes)
+        fit_s = time.perf_counter() - start
+        self.save(fitted["W"], fitted["b"], mean, std, fitted["C"])
+        fields = self.result_fields(net, splits, x, y, fitted, feature_s=round(feature_s, 2), fit_s=round(fit_s, 2))
+        log.info("linear probe: C=%g, %d L-BFGS iterations, train %.2f%%, test %.2f%%", fitted["C"],
+                 fields["iterations"], 100 * fields["train_acc"], 100 * fields["test_acc"])
+        self.log_wandb(fields)
+        return fields
+
+    def standardise(self, raw: dict, splits: "Splits") -> tuple[dict, dict, "torch.Tensor", "torch.Tensor"]:
+        """Features L2-normalised and standardised with the train split's statistics, and the labels,
+        per split on the device; then the statistics (``mean``, ``std``)."""
+        import torch
+
+        from plasticity.probe import l2_standardise
+
+        if self.cfg.task.select_c and "val" not in raw:
             raise ValueError(f"task.select_c=true needs a validation split, and dataset={self.cfg.dataset.name} has "
                              f"none. Fix: task.select_c=false.")
         names = list(raw)
         standardised, mean, std = l2_standardise(*(raw[n] for n in names))
         x = dict(zip(names, standardised))
         y = {n: torch.as_tensor(getattr(splits, n).labels, dtype=torch.long, device=self.device) for n in names}
-        start = time.perf_counter()
-        fitted = self.fit(x, y, splits.num_classes)
-        fit_s = time.perf_counter() - start
+        return x, y, mean, std
+
+    def result_fields(self, net: "torch.nn.Module", splits: "Splits", x: dict, y: dict, fitted: dict,
+                      **timings: float) -> dict[str, Any]:
+        """The record's fields of the fitted regression: accuracies, the regression's facts, ``timings``."""
+        from plasticity.probe import accuracy, grad_max, loss
+
+        task = self.cfg.task
         W, b, C = fitted["W"], fitted["b"], fitted["C"]
-        self.save(W, b, mean, std, C)
         gmax = grad_max(x["train"], y["train"], W, b, C)
         if fitted["iterations"] >= task.max_iter:
             log.warning("L-BFGS stopped at task.max_iter=%d before reaching task.tol=%g (largest gradient entry "
                         "%.2e). Fix: raise task.max_iter.", task.max_iter, task.tol, gmax)
         dim = int(W.shape[1])
-        val_acc = fitted["c_grid_val_acc"][str(C)] if task.select_c else fitted["val_acc"]
         fields = {
             "test_acc": accuracy(x["test"], y["test"], W, b),
-            "best_val_acc": val_acc,
+            # select_c: the chosen C's validation accuracy, its selection score
+            "best_val_acc": fitted["c_grid_val_acc"][str(C)] if task.select_c else fitted["val_acc"],
             "test_loss": loss(x["test"], y["test"], W, b),
             "train_acc": accuracy(x["train"], y["train"], W, b),
             "C": C,
@@ -238,24 +243,20 @@ class LinearProbe(RecipeBase):
             "features": str(task.features),
             "pool": str(task.pool) if task.features == "block_output" else f"model:{net.global_pool}",
             "strategy": "probe",
-            "trainable_params": dim * splits.num_classes + splits.num_classes,
+            "trainable_params": dim * splits.num_classes + splits.num_classes,  # W (K, D) and b (K,)
             "n_train": len(splits.train),
             "n_val": len(splits.val),
             "n_test": len(splits.test),
             "iterations": fitted["iterations"],
             "converged": fitted["iterations"] < task.max_iter,
             "grad_max": gmax,
-            "precision": self.precision(),
-            "feature_s": round(feature_s, 2),
-            "fit_s": round(fit_s, 2),
+            "precision": self.precision,
+            **timings,
             "split_hash": splits.split_hash,
             "probe_file": PROBE_FILE,
         }
         if task.select_c:
             fields["c_grid_val_acc"] = fitted["c_grid_val_acc"]
-        log.info("linear probe: C=%g, %d L-BFGS iterations, train %.2f%%, test %.2f%%", C, fields["iterations"],
-                 100 * fields["train_acc"], 100 * fields["test_acc"])
-        self.log_wandb(fields)
         return fields
 
     def log_wandb(self, fields: dict[str, Any]) -> None:
@@ -298,18 +299,3 @@ def check_grid(grid: Any, p: Problems) -> None:
     ok = bool(values) and all(is_number(v) and math.isfinite(v) and v > 0 for v in values)
     p.require(ok, f"task.c_grid={grid!r} must be a non-empty list of finite positive numbers. "
                   f"Fix: e.g. task.c_grid=[1e-3,1e-2,1e-1,1,10,100].")
-
-
-def check_device(value: Any, p: Problems, local: bool) -> None:
-    """``auto``, ``cpu``, ``cuda`` or ``cuda:<i>``; CUDA must exist when the job runs here."""
-    name = str(value)
-    ok = name in ("auto", "cpu", "cuda") or (name.startswith("cuda:") and name[5:].isdigit())
-    if not p.require(ok, f"task.device={value!r}; choices: auto, cpu, cuda, cuda:<index>. "
-                         f"Fix: task.device=auto (CUDA when available, else the CPU)."):
-        return
-    if local and name.startswith("cuda"):
-        import torch
-
-        p.require(torch.cuda.is_available(),
-                  f"task.device={name!r} needs CUDA, and this machine has no CUDA device. "
-                  f"Fix: task.device=auto or task.device=cpu here, or run on a GPU node (hydra/launcher=slurm).")

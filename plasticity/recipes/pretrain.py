@@ -6,26 +6,15 @@ on Fashion-MNIST, then finetunes it component by component on a corrupted Fashio
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
 from plasticity.recipes import register
 from plasticity.recipes.finetune import Finetune
+from plasticity.runs.checkpoints import WEIGHTS_FILE
+from plasticity.runs.io import write_safetensors_atomic
 from plasticity.validate import Problems
-
-WEIGHTS_FILE = "weights.safetensors"
-
-
-def save_weights(state_dict: dict, path: Path) -> None:
-    """Writes a safetensors state dict atomically."""
-    from safetensors.torch import save_file
-
-    from plasticity.runs.io import atomic_path
-
-    with atomic_path(path) as tmp:
-        save_file({k: v.detach().contiguous().cpu() for k, v in state_dict.items()}, str(tmp))
 
 
 @register
@@ -46,5 +35,5 @@ class Pretrain(Finetune):
         weights = self.run_dir / WEIGHTS_FILE
         if self.is_global_zero:  # the other ranks of a DDP run hold the same weights and write nothing
             # fit() tested the best-validation checkpoint, whose weights the module now holds.
-            save_weights(module.net.state_dict(), weights)
+            write_safetensors_atomic(weights, module.net.state_dict())
         return {**fields, "weights_file": str(weights)}

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-__all__ = ["atomic_path", "read_csv", "read_json", "write_csv_atomic", "write_json_atomic", "write_text_atomic"]
+__all__ = ["atomic_path", "read_csv", "read_json", "write_csv_atomic", "write_json_atomic", "write_safetensors_atomic",
+           "write_text_atomic"]
 
 
 @contextmanager
@@ -52,6 +53,18 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     """Writes ``text`` atomically."""
     with atomic_path(path) as tmp:
         tmp.write_text(text)
+
+
+def write_safetensors_atomic(path: str | Path, tensors: dict, metadata: dict[str, str] | None = None) -> None:
+    """Writes tensors as safetensors atomically: weights files, merged LoRA weights, the probe.
+
+    Each tensor is detached and copied to the CPU first; ``contiguous`` because safetensors
+    stores raw buffers and refuses strided views (a transposed weight).
+    """
+    from safetensors.torch import save_file
+
+    with atomic_path(path) as tmp:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
 
 
 def write_csv_atomic(path: str | Path, rows: list[dict], columns: Iterable[str]) -> None:
