@@ -12,17 +12,20 @@ layer's input/output and go with ``fc2``. Both fused (``fc1``) and split SwiGLU 
 
 This module owns the one definition of the groups (:data:`GROUP_TABLE`: names, labels, colours,
 the timm module each group's plasticity measures, the bound shown beside it); the config
-resolver ``${groups:}``, the analyses, the report and the figures all read it from here.
+resolver ``${groups:}``, the analyses, the report and the figures all read it from here. It also
+owns the checks of the ``component`` section (:func:`check_strategy`), run before any compute.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:
     import torch.nn as nn
+
+    from plasticity.validate import Problems
 
 
 @dataclass(frozen=True)
@@ -253,6 +256,11 @@ def check_blocks(blocks, depth: int | None = None) -> None:
                          f"(0-{depth - 1}). Fix: indices below {depth}.")
 
 
+def depth(model: "nn.Module") -> int | None:
+    """The model's number of blocks (None for a model without ``blocks``)."""
+    return len(getattr(model, "blocks", ())) or None
+
+
 def blocks_tag(blocks) -> str:
     """``[8, 9, 10, 11]`` -> ``b8-11``; ``[2, 5]`` -> ``b2.5``; None -> ``""``."""
     if not blocks:
@@ -331,7 +339,7 @@ def select(model: "nn.Module", component: str, train_final_norm: bool = True, bl
             embedding (``emb``) has no block and trains whole.
     """
     parts = parse_component(component)
-    check_blocks(blocks, len(getattr(model, "blocks", ())) or None)
+    check_blocks(blocks, depth(model))
     groups = resolve(model)
     if component == "all":
         return selection_of(model, component, {"all": tuple(n for n, _ in model.named_parameters())}, groups, True,
@@ -398,3 +406,89 @@ def freeze(model: "nn.Module", selection: Selection) -> None:
     """
     for name, param in model.named_parameters():
         param.requires_grad_(name in selection.trainable)
+
+
+# ------------------------------------------------------------------------- the component section
+
+
+def blocks_of(component: Any) -> list[int] | None:
+    """``component.blocks`` as a list of ints (None: every block)."""
+    blocks = component.get("blocks")
+    return None if blocks is None else [int(b) for b in blocks]
+
+
+def adapter_of(cfg: Any) -> dict | None:
+    """The configured adapter as a plain dict (``{"name": "lora", "rank": 8, ...}``), or None."""
+    from omegaconf import OmegaConf
+
+    node = cfg.get("adapter")
+    if not has_adapter(node):
+        return None
+    return OmegaConf.to_container(node, resolve=True)
+
+
+def tag_of(cfg: Any) -> str:
+    """The job config's :func:`component_tag`, as its run path (``run_name``) spells it."""
+    auto = cfg.component.get("auto") or {}  # only component=auto has the section
+    return component_tag(cfg.component.name, blocks_of(cfg.component), adapter_of(cfg), auto.get("budget"))
+
+
+def check_strategy(cfg: Any, p: "Problems") -> None:
+    """``component.name`` (a group, ``+``-joined groups or ``auto``), ``component.blocks``,
+    ``component.lr_scale``, ``component.auto`` and the adapter."""
+    from plasticity.validate import positive_number
+
+    component = cfg.component
+    if not p.check(check_component, component.name):
+        return
+    parts = parse_component(component.name)
+    blocks = component.blocks
+    p.check(check_blocks, blocks, model_depth(cfg) if blocks is not None else None)  # depth: a meta-device build
+    for group, value in (component.lr_scale or {}).items():
+        p.require(group in parts, f"component.lr_scale has {group!r}, which is not trained by "
+                                  f"component.name={component.name!r} (groups: {', '.join(parts)}). "
+                                  f"Fix: component.lr_scale={{{parts[0]}: 10}} or drop the key.")
+        positive_number(p, f"component.lr_scale.{group}", value, "10")
+    if component.name == AUTO:
+        check_auto(cfg, p)
+    adapter = adapter_of(cfg)
+    if adapter:
+        from plasticity.adapters import check_adapter  # adapters imports this module
+
+        p.require(component.name != AUTO, "component=auto with adapter=lora: the measurement chooses whole "
+                                          "weights to train. Fix: adapter=none, or a group with adapter=lora.")
+        for problem in check_adapter(list(parts), adapter):
+            p.add(problem)
+
+
+def model_depth(cfg: Any) -> int | None:
+    """The configured model's number of blocks, from its state dict shapes on the meta device (None if unknown)."""
+    from omegaconf import OmegaConf
+
+    from plasticity.models import block_layout, model_shapes
+
+    try:
+        kwargs = OmegaConf.to_container(cfg.model.kwargs, resolve=True)
+        return block_layout(model_shapes(cfg.model.name, kwargs)).get("depth")
+    except Exception:  # an unknown model name is reported by check_model
+        return None
+
+
+def check_auto(cfg: Any, p: "Problems") -> None:
+    """``component.auto``: the reference dataset exists, positive pair counts, a budget in (0, 1]."""
+    from plasticity.validate import check_dataset, is_number, positive_int
+
+    auto = cfg.component.get("auto")  # component=auto's own section: a component.name=auto override lacks it
+    if not p.require(auto is not None, "component=auto needs component.auto (reference, n_pairs, batch_size, "
+                                       "budget). Fix: component=auto (conf/component/auto.yaml)."):
+        return
+    check_dataset(cfg, p, auto.reference, key="component.auto.reference")
+    positive_int(p, "component.auto.n_pairs", auto.get("n_pairs"))
+    positive_int(p, "component.auto.batch_size", auto.get("batch_size"))
+    budget = auto.get("budget")
+    p.require(budget is None or (is_number(budget) and 0 < budget <= 1),
+              f"component.auto.budget={budget!r} must be null (the most plastic whole group) or a fraction of the "
+              f"model's parameters in (0, 1]. Fix: e.g. component.auto.budget=0.05.")
+    p.require(cfg.component.blocks is None,
+              f"component.blocks={cfg.component.blocks!r} with component=auto: the measurement chooses the blocks. "
+              f"Fix: component.blocks=null, or a budget (component.auto.budget=0.05).")

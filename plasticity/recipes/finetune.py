@@ -23,15 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from plasticity.components import (
-    AUTO,
-    check_blocks,
-    check_component,
-    component_tag,
-    has_adapter,
-    parse_component,
-    strategy_of,
-)
+from plasticity.components import AUTO, adapter_of, blocks_of, check_strategy, parse_component, strategy_of, tag_of
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
 from plasticity.runs.ranks import announce, num_nodes
@@ -44,7 +36,6 @@ from plasticity.validate import (
     check_model,
     check_trainer,
     is_int,
-    is_number,
     positive_int,
     positive_number,
     world_size,
@@ -53,6 +44,7 @@ from plasticity.validate import (
 if TYPE_CHECKING:
     import lightning as L
     import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
 
     from plasticity.components import Selection
     from plasticity.data.datamodule import DataModule
@@ -60,23 +52,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_DIR = "checkpoints"
-
-
-def precision(trainer_cfg: DictConfig) -> str:
-    """``auto`` means bf16-mixed on CUDA and fp32 elsewhere."""
-    import torch
-
-    value = str(trainer_cfg.get("precision", "auto"))
-    if value != "auto":
-        return value
-    on_gpu = torch.cuda.is_available() and trainer_cfg.get("accelerator", "auto") in ("auto", "gpu", "cuda")
-    return "bf16-mixed" if on_gpu else "32-true"
-
 
 @register
 class Finetune(RecipeBase):
-    """Recipe of ``task=finetune``: small setup steps, then :meth:`run`."""
+    """Recipe of ``task=finetune``: :meth:`fit` builds each piece from its config section, trains and tests."""
 
     name = "finetune"
     sections = ("task", "model", "dataset", "component", "adapter", "optimizer", "trainer", "seed")
@@ -96,14 +75,20 @@ class Finetune(RecipeBase):
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
         lr = cfg.optimizer.get("lr")
+        # identity() also names a job that validation rejects: an optimizer without _target_ reads "?".
         return {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name,
-                "component": tag(cfg), "optimizer": optimizer_name(cfg.optimizer.get("_target_", "?")),
+                "component": tag_of(cfg), "optimizer": optimizer_name(cfg.optimizer.get("_target_", "?")),
                 "lr": float(lr) if isinstance(lr, (int, float)) else lr, "seed": cfg.seed}
 
     follower_resume: str | None = None
     """On a non-zero rank of a DDP run: the checkpoint rank 0 resumes from (set by the job)."""
     is_global_zero: bool = True
     """Whether this process writes the run's files (rank 0); set when training starts."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+        super().__init__(cfg, run_dir)
+        self.auto_record: dict[str, Any] = {}
+        """``component=auto``: the units chosen and the measurement behind them (empty otherwise)."""
 
     @property
     def world_size(self) -> int:
@@ -115,18 +100,104 @@ class Finetune(RecipeBase):
         """Micro-batches per optimizer step on each process: global batch / (micro-batch x processes)."""
         return self.cfg.task.batch_size // (self.cfg.task.micro_batch_size * self.world_size)
 
+    @property
+    def adapter(self) -> dict | None:
+        """The adapter config (``adapter=lora``) as a dict, or None."""
+        return adapter_of(self.cfg)
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> dict[str, Any]:
+        """Trains, tests the best-validation checkpoint and returns the result fields (and, with
+        ``task.export_merged``, writes the LoRA-merged weights)."""
+        fields, module = self.fit()
+        # task=pretrain's task section has no export_merged (and trains no adapter).
+        if self.adapter and self.cfg.task.get("export_merged") and self.is_global_zero:
+            from plasticity.adapters import export_merged
+            from plasticity.runs.checkpoints import WEIGHTS_FILE
+
+            fields["weights_file"] = str(export_merged(module.net, self.run_dir / WEIGHTS_FILE))
+        return fields
+
+    def fit(self) -> tuple[dict[str, Any], "FinetuneModule"]:
+        """Trains and tests; returns the result fields and the module holding the best-validation weights."""
+        import lightning as L
+
+        from plasticity.runs.checkpoints import best_and_last
+        from plasticity.runs.ranks import is_rank_zero
+
+        # Seeded before anything draws from torch's RNG: a random init, the new head, LoRA's lora_A (and the workers).
+        L.seed_everything(self.cfg.seed, workers=True, verbose=False)
+        self.is_global_zero = is_rank_zero()
+        net = self.setup_net()
+        datamodule = self.setup_data(net)
+        net, selection = self.setup_selection(net, datamodule)
+        module = self.setup_module(net, selection, datamodule)
+        resume = self.resume_from()
+        checkpoint = best_and_last(self.run_dir)
+        trainer = self.setup_trainer(checkpoint)
+        self.log_config(trainer, selection.counts, datamodule.split_hash)
+        train_s = self.train(trainer, module, datamodule, resume)
+        fields = {**self.test(trainer, module, datamodule, checkpoint), "trainable_params": selection.counts["group"],
+                  "params": selection.counts, "split_hash": datamodule.split_hash, "train_s": round(train_s, 2),
+                  "best_checkpoint": str(Path(checkpoint.best_model_path).relative_to(self.run_dir)),
+                  "resumed": resume is not None, **self.strategy_fields(selection)}
+        return fields, module
+
+    def train(self, trainer: "L.Trainer", module: "FinetuneModule", datamodule: "DataModule",
+              resume: str | None) -> float:
+        """Rank 0 announces the run to the other ranks, then every rank trains; returns the seconds it took."""
+        if self.is_global_zero:  # the ranks Lightning starts next (or that srun started) follow this decision
+            announce(self.run_dir, "run", resume, num_nodes=num_nodes(self.cfg))
+        start = time.perf_counter()
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
+        return time.perf_counter() - start
+
+    def test(self, trainer: "L.Trainer", module: "FinetuneModule", datamodule: "DataModule",
+             checkpoint: "ModelCheckpoint") -> dict[str, Any]:
+        """Tests the best-validation checkpoint (the paper's protocol); its accuracy fields."""
+        from plasticity.runs.checkpoints import checkpoint_step
+
+        best = checkpoint.best_model_path
+        tested = trainer.test(module, datamodule=datamodule, ckpt_path=best, verbose=False)[0]
+        return {"best_val_acc": float(checkpoint.best_model_score), "test_acc": float(tested["test/acc"]),
+                "test_loss": float(tested["test/loss"]), "best_step": int(checkpoint_step(best)),
+                "steps": int(trainer.global_step)}
+
+    def resume_from(self) -> str | None:
+        """The checkpoint to resume from: rank 0 asks the run directory (``resume=true``), the other
+        ranks take rank 0's, so every rank restarts at the same step."""
+        from plasticity.runs.checkpoints import resumable
+
+        if self.follower_resume is not None or not self.is_global_zero:
+            return self.follower_resume  # rank 0 decided (and kept the metrics)
+        return resumable(self.run_dir, self.cfg.task.max_steps) if self.cfg.resume else None
+
+    def strategy_fields(self, selection: "Selection") -> dict[str, Any]:
+        """What the record says about the configuration: its kind, groups, blocks, adapter and,
+        for ``auto``, the choice and the measurement behind it."""
+        component = self.cfg.component
+        fields: dict[str, Any] = {"strategy": strategy_of(component.name, blocks_of(component), self.adapter),
+                                  "groups": list(selection.by_group), "blocks": blocks_of(component),
+                                  "adapter": self.adapter}
+        if component.lr_scale:
+            fields["lr_scale"] = dict(component.lr_scale)
+        return {**fields, **self.auto_record}
+
+    # ------------------------------------------------------------------ setup, in fit's order
+
     def setup_net(self) -> "torch.nn.Module":
         """The timm model with its head reset to the dataset's classes."""
         from plasticity.data.splits import expected_classes
         from plasticity.models import create_model
 
         model, data = self.cfg.model, self.cfg.dataset
-        num_classes = expected_classes(data.name, data.get("num_classes"))
+        num_classes = expected_classes(data.name, data.num_classes)
         return create_model(model.name, num_classes, pretrained=model.pretrained, weights_file=model.weights_file,
                             **model.kwargs)
 
     def setup_data(self, net: "torch.nn.Module") -> "DataModule":
-        """The datamodule, reading the dataset for the built model's input side."""
+        """The datamodule, reading the dataset for the built model's input side, its splits loaded."""
         from plasticity.data import DataSpec
         from plasticity.data.datamodule import DataModule
         from plasticity.models import image_size
@@ -138,11 +209,12 @@ class Finetune(RecipeBase):
             eval_batch_size=cfg.task.eval_batch_size,
             num_workers=data.num_workers,
             seed=cfg.seed,
-            augment=data.get("augment", True),
+            augment=data.augment,
             crop_scale=tuple(data.crop_scale),
             hflip=data.hflip,
         )
         datamodule.check()
+        datamodule.setup()  # the splits: component=auto measures on train before the trainer exists
         return datamodule
 
     def setup_selection(self, net: "torch.nn.Module", datamodule: "DataModule") -> tuple["torch.nn.Module", "Selection"]:
@@ -151,24 +223,20 @@ class Finetune(RecipeBase):
         norm train. Returns the model (LoRA-adapted when configured) and the selection."""
         from plasticity.components import freeze, select
 
+        # component.train_final_norm (default true): the official code trains the final norm in every configuration.
         component, adapter = self.cfg.component, self.adapter
         if adapter:
             from plasticity.adapters import apply_lora
 
-            return apply_lora(net, list(parse_component(component.name)), _blocks(component), rank=adapter["rank"],
-                              alpha=adapter["alpha"], dropout=adapter["dropout"],
-                              train_final_norm=component.train_final_norm)
-        if component.name == AUTO:
-            selection = self.auto_selection(net, datamodule)
+            net, selection = apply_lora(net, list(parse_component(component.name)), blocks_of(component),
+                                        rank=adapter["rank"], alpha=adapter["alpha"], dropout=adapter["dropout"],
+                                        train_final_norm=component.train_final_norm)
         else:
-            selection = select(net, component.name, component.train_final_norm, _blocks(component))
-        freeze(net, selection)
+            selection = (self.auto_selection(net, datamodule) if component.name == AUTO else
+                         select(net, component.name, component.train_final_norm, blocks_of(component)))
+            freeze(net, selection)
+        log.info("trainable parameters: %s", ", ".join(f"{k} {v:,}" for k, v in selection.counts.items()))
         return net, selection
-
-    @property
-    def adapter(self) -> dict | None:
-        """The adapter config (``adapter=lora``) as a dict, or None."""
-        return _adapter(self.cfg)
 
     def auto_selection(self, net: "torch.nn.Module", datamodule: "DataModule") -> "Selection":
         """``component=auto``: measures every (group, block) of the pretrained model on (reference
@@ -196,7 +264,7 @@ class Finetune(RecipeBase):
         return select_units(net, units, self.cfg.component.train_final_norm)
 
     def setup_module(self, net: "torch.nn.Module", selection: "Selection", datamodule: "DataModule") -> "FinetuneModule":
-        """The LightningModule; train batches of the JPEG path arrive cropped, so only normalised."""
+        """The LightningModule: the optimizer from ``optimizer`` (a partial), the schedule from ``task``."""
         import hydra
 
         from plasticity.data.augment import DeviceTransform
@@ -205,7 +273,8 @@ class Finetune(RecipeBase):
 
         data, task = self.cfg.dataset, self.cfg.task
         img_size = image_size(net)
-        augment_on_device = data.get("augment", True) and not datamodule.cpu_augment
+        # The JPEG path crops and flips in its loader workers: its train batches arrive augmented, only normalised here.
+        augment_on_device = data.augment and not datamodule.cpu_augment
 
         def transform(train: bool) -> DeviceTransform:
             return DeviceTransform(
@@ -221,53 +290,34 @@ class Finetune(RecipeBase):
             warmup_steps=task.warmup_steps,
             train_transform=transform(augment_on_device),
             eval_transform=transform(False),
-            lr_scale=dict(self.cfg.component.get("lr_scale") or {}),
+            lr_scale=dict(self.cfg.component.lr_scale or {}),
         )
 
-    def setup_callbacks(self) -> tuple[Any, list]:
-        import hydra
-        from lightning.pytorch.callbacks import ModelCheckpoint
-
-        from plasticity.progress import StepProgressBar
-
-        checkpoint = ModelCheckpoint(
-            dirpath=self.run_dir / CHECKPOINT_DIR,
-            filename="best",
-            monitor="val/acc",
-            mode="max",
-            save_last=True,
-            save_top_k=1,
-            enable_version_counter=False,
-            auto_insert_metric_name=False,
-        )
-        callbacks: list = [checkpoint]
-        if self.cfg.trainer.get("enable_progress_bar", True):
-            callbacks.append(StepProgressBar())
-        callbacks += [hydra.utils.instantiate(c) for c in (self.cfg.get("callbacks") or {}).values() if c]
-        return checkpoint, callbacks
-
-    def setup_loggers(self) -> list:
-        import hydra
-
-        return [hydra.utils.instantiate(c) for c in self.cfg.logger.values() if c]
-
-    def setup_trainer(self, callbacks: list, loggers: list) -> "L.Trainer":
+    def setup_trainer(self, checkpoint: "ModelCheckpoint") -> "L.Trainer":
+        """The Lightning trainer of ``trainer``, its callbacks (the checkpoints, the step progress bar,
+        ``callbacks``) and loggers (``logger``), and what the task owns: steps, accumulation, validation."""
         import hydra
         from lightning.pytorch.plugins.environments import SLURMEnvironment
 
-        task = self.cfg.task
+        from plasticity.devices import precision, trainer_on_cuda
+        from plasticity.progress import StepProgressBar
+
+        task, trainer = self.cfg.task, self.cfg.trainer
+        callbacks = [checkpoint, *([StepProgressBar()] if trainer.enable_progress_bar else []),
+                     *instantiate_each(self.cfg.callbacks)]
+        loggers = instantiate_each(self.cfg.logger)
         # Under SLURM, submitit owns the preemption signal and requeues the job (resuming from
         # last.ckpt); Lightning's own auto-requeue would fight it. The environment also gives the
         # ranks of a DDP job from srun's tasks (SLURM_PROCID, SLURM_NTASKS).
         plugins = [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None
-        strategy = self.cfg.trainer.get("strategy", "auto")
         return hydra.utils.instantiate(
-            self.cfg.trainer,
-            strategy="ddp" if strategy == "auto" and self.world_size > 1 else strategy,
+            trainer,
+            strategy="ddp" if trainer.strategy == "auto" and self.world_size > 1 else trainer.strategy,
             use_distributed_sampler=False,  # the datamodule shards its own epoch-seeded order
-            precision=precision(self.cfg.trainer),
+            precision=precision(trainer.precision, trainer_on_cuda(trainer)),
             max_steps=task.max_steps,
             accumulate_grad_batches=self.accumulation,
+            # Lightning counts the validation interval in micro-batches, across epochs (no per-epoch check).
             val_check_interval=task.val_every * self.accumulation,
             check_val_every_n_epoch=None,
             callbacks=callbacks,
@@ -285,96 +335,13 @@ class Finetune(RecipeBase):
         for logger in trainer.loggers:
             logger.log_hyperparams(config)
 
-    def resume_from(self) -> str | None:
-        """``last.ckpt`` of an interrupted run of the same config, else ``None``.
 
-        The interrupted run's ``metrics.csv`` is kept as ``metrics.part<k>.csv`` (the CSV logger
-        starts a new file).
-        """
-        import torch
+def instantiate_each(group: DictConfig) -> list:
+    """One object per entry of a config group that holds several (``logger``, ``callbacks``); an
+    entry set to null (an override that removes it) is skipped."""
+    import hydra
 
-        if self.follower_resume is not None or not self.is_global_zero:
-            return self.follower_resume  # rank 0 decided (and kept the metrics)
-        last = self.run_dir / CHECKPOINT_DIR / "last.ckpt"
-        if not (self.cfg.get("resume", True) and last.is_file()):
-            return None
-        metrics = self.run_dir / "metrics.csv"
-        kept = ""
-        if metrics.is_file():
-            part = self.run_dir / f"metrics.part{len(list(self.run_dir.glob('metrics.part*.csv')))}.csv"
-            metrics.rename(part)
-            kept = f"; the metrics logged so far stay in {part.name}"
-        try:
-            step = torch.load(last, map_location="cpu", weights_only=False).get("global_step", "?")
-        except Exception as err:
-            raise RuntimeError(f"cannot resume: {last} is not a readable checkpoint ({type(err).__name__}: "
-                               f"{str(err).splitlines()[0]}). Fix: delete it to restart the run from step 0, or "
-                               f"resume=false.") from err
-        log.info("resuming an interrupted run from step %s of %d (%s)%s", step, self.cfg.task.max_steps, last, kept)
-        return str(last)
-
-    def run(self) -> dict[str, Any]:
-        """Trains, tests the best-validation checkpoint and returns the result fields."""
-        return self.fit()[0]
-
-    def fit(self) -> tuple[dict[str, Any], "FinetuneModule"]:
-        """Trains and tests; returns the result fields and the module holding the best-validation weights."""
-        import lightning as L
-        import torch
-
-        from plasticity.runs.ranks import is_rank_zero
-
-        L.seed_everything(self.cfg.seed, workers=True, verbose=False)
-        self.is_global_zero = is_rank_zero()
-        net = self.setup_net()
-        datamodule = self.setup_data(net)
-        datamodule.setup()
-        net, selection = self.setup_selection(net, datamodule)
-        counts = selection.counts
-        log.info("trainable parameters: %s", ", ".join(f"{k} {v:,}" for k, v in counts.items()))
-        module = self.setup_module(net, selection, datamodule)
-        resume = self.resume_from()
-        checkpoint, callbacks = self.setup_callbacks()
-        trainer = self.setup_trainer(callbacks, self.setup_loggers())
-        self.log_config(trainer, counts, datamodule.split_hash)
-        if self.is_global_zero:  # the ranks Lightning starts next (or that srun started) follow this decision
-            announce(self.run_dir, "run", resume, num_nodes=num_nodes(self.cfg))
-        start = time.perf_counter()
-        trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
-        train_s = time.perf_counter() - start
-        best = checkpoint.best_model_path
-        tested = trainer.test(module, datamodule=datamodule, ckpt_path=best, verbose=False)[0]
-        best_step = torch.load(best, map_location="cpu", weights_only=False)["global_step"]
-        fields = {
-            "best_val_acc": float(checkpoint.best_model_score),
-            "test_acc": float(tested["test/acc"]),
-            "test_loss": float(tested["test/loss"]),
-            "best_step": int(best_step),
-            "steps": int(trainer.global_step),
-            "trainable_params": counts["group"],
-            "params": counts,
-            "split_hash": datamodule.split_hash,
-            "train_s": round(train_s, 2),
-            "best_checkpoint": str(Path(best).relative_to(self.run_dir)),
-            "resumed": resume is not None,
-            **self.strategy_fields(selection),
-        }
-        if self.adapter and self.cfg.task.get("export_merged", False) and self.is_global_zero:
-            from plasticity.adapters import export_merged
-
-            fields["weights_file"] = str(export_merged(module.net, self.run_dir / "weights.safetensors"))
-        return fields, module
-
-    def strategy_fields(self, selection: "Selection") -> dict[str, Any]:
-        """What the record says about the configuration: its kind, groups, blocks, adapter and,
-        for ``auto``, the choice and the measurement behind it."""
-        component = self.cfg.component
-        fields: dict[str, Any] = {"strategy": strategy_of(component.name, _blocks(component), self.adapter),
-                                  "groups": list(selection.by_group), "blocks": _blocks(component),
-                                  "adapter": self.adapter}
-        if component.get("lr_scale"):
-            fields["lr_scale"] = dict(component.lr_scale)
-        return {**fields, **getattr(self, "auto_record", {})}
+    return [hydra.utils.instantiate(node) for node in group.values() if node]
 
 
 def check_steps(task: DictConfig, p: Problems, world: int = 1) -> None:
@@ -417,82 +384,3 @@ def check_global_batch(task: DictConfig, p: Problems, world: int) -> None:
 
 def _largest_divisor(n: int, below: int) -> int:
     return max(d for d in range(1, min(n, below) + 1) if n % d == 0)
-
-
-def _blocks(component: DictConfig) -> list[int] | None:
-    blocks = component.get("blocks")
-    return None if blocks is None else [int(b) for b in blocks]
-
-
-def _adapter(cfg: DictConfig) -> dict | None:
-    """The configured adapter as a plain dict (``{"name": "lora", "rank": 8, ...}``), or None."""
-    from omegaconf import OmegaConf
-
-    node = cfg.get("adapter")
-    if not has_adapter(node):
-        return None
-    return OmegaConf.to_container(node, resolve=True)
-
-
-def tag(cfg: DictConfig) -> str:
-    """The configuration's name in the record and run path (:func:`plasticity.components.component_tag`)."""
-    auto = cfg.component.get("auto") or {}
-    return component_tag(cfg.component.name, _blocks(cfg.component), _adapter(cfg), auto.get("budget"))
-
-
-def check_strategy(cfg: DictConfig, p: Problems) -> None:
-    """``component.name`` (a group, ``+``-joined groups or ``auto``), ``component.blocks``,
-    ``component.lr_scale``, ``component.auto`` and the adapter."""
-    component = cfg.component
-    if not p.check(check_component, component.name):
-        return
-    parts = parse_component(component.name)
-    blocks = component.get("blocks")
-    p.check(check_blocks, blocks, model_depth(cfg) if blocks is not None else None)
-    scale = component.get("lr_scale") or {}
-    for group, value in scale.items():
-        p.require(group in parts, f"component.lr_scale has {group!r}, which is not trained by "
-                                  f"component.name={component.name!r} (groups: {', '.join(parts)}). "
-                                  f"Fix: component.lr_scale={{{parts[0]}: 10}} or drop the key.")
-        positive_number(p, f"component.lr_scale.{group}", value, "10")
-    if component.name == AUTO:
-        check_auto(cfg, p)
-    adapter = _adapter(cfg)
-    if adapter:
-        from plasticity.adapters import check_adapter
-
-        p.require(component.name != AUTO, "component=auto with adapter=lora: the measurement chooses whole "
-                                          "weights to train. Fix: adapter=none, or a group with adapter=lora.")
-        for problem in check_adapter(list(parts), adapter):
-            p.add(problem)
-
-
-def model_depth(cfg: DictConfig) -> int | None:
-    """The model's number of blocks, from its state dict shapes on the meta device (None if unknown)."""
-    from omegaconf import OmegaConf
-
-    from plasticity.models import block_layout, model_shapes
-
-    try:
-        kwargs = OmegaConf.to_container(cfg.model.get("kwargs") or {}, resolve=True)
-        return block_layout(model_shapes(cfg.model.name, kwargs)).get("depth")
-    except Exception:  # an unknown model name is reported by check_model
-        return None
-
-
-def check_auto(cfg: DictConfig, p: Problems) -> None:
-    """``component.auto``: the reference dataset exists, positive pair counts, a budget in (0, 1]."""
-    auto = cfg.component.get("auto")
-    if not p.require(auto is not None, "component=auto needs component.auto (reference, n_pairs, batch_size, "
-                                       "budget). Fix: component=auto (conf/component/auto.yaml)."):
-        return
-    check_dataset(cfg, p, auto.reference, key="component.auto.reference")
-    positive_int(p, "component.auto.n_pairs", auto.get("n_pairs"))
-    positive_int(p, "component.auto.batch_size", auto.get("batch_size"))
-    budget = auto.get("budget")
-    p.require(budget is None or (is_number(budget) and 0 < budget <= 1),
-              f"component.auto.budget={budget!r} must be null (the most plastic whole group) or a fraction of the "
-              f"model's parameters in (0, 1]. Fix: e.g. component.auto.budget=0.05.")
-    p.require(cfg.component.get("blocks") is None,
-              f"component.blocks={cfg.component.blocks!r} with component=auto: the measurement chooses the blocks. "
-              f"Fix: component.blocks=null, or a budget (component.auto.budget=0.05).")
