@@ -35,13 +35,24 @@ Example:
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from plasticity.components import COMPONENTS, Selection, classify, freeze, resolve, selection_of
+from plasticity.components import (
+    AUTO,
+    COMPONENTS,
+    Selection,
+    check_blocks,
+    classify,
+    depth,
+    freeze,
+    has_adapter,
+    resolve,
+    selection_of,
+)
+from plasticity.validate import Problems, is_number, positive_int, positive_number
 
 if TYPE_CHECKING:
     import torch
@@ -51,7 +62,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ADAPTERS", "ADAPTER_NAME", "LORA_GROUPS", "apply_lora", "check_adapter", "export_merged", "lora_names",
-    "lora_selection", "lora_targets", "merge_lora", "merged_state_dict", "target_modules",
+    "lora_selection", "merge_lora", "merged_state_dict", "target_modules",
 ]
 
 ADAPTERS: tuple[str, ...] = ("none", "lora")
@@ -78,66 +89,42 @@ def check_adapter(component_groups: str | Iterable[str], adapter_cfg: Mapping | 
 
     Args:
         component_groups: ``component.name`` (``"mha"``, ``"mha+fc1"``) or the list of groups LoRA
-            would adapt. ``auto`` is left to the recipe's own check.
+            would adapt. ``auto`` is left to :func:`plasticity.components.check_strategy`.
         adapter_cfg: The ``adapter`` section (``name``, ``rank``, ``alpha``, ``dropout``), a dict or
             a DictConfig; None, ``{}`` or ``name: none``: no adapter, no problem.
 
     Returns:
         The problem messages (empty when the config is good).
     """
-    if adapter_cfg is None:
+    if not has_adapter(adapter_cfg):
         return []
-    name = _get(adapter_cfg, "name", "none")
-    if name in (None, "none"):
-        return []
+    name = adapter_cfg.get("name")
     if name not in ADAPTERS:
         return [f"adapter.name={name!r} is not an adapter. Choices: {', '.join(ADAPTERS)}. "
                 f"Fix: adapter=lora (LoRA on the component's Linear weights) or adapter=none."]
-    problems = []
-    for group in _groups(component_groups):
-        if group in LORA_GROUPS or group == "auto":  # component=auto with an adapter: the recipe's check
+    p = Problems()
+    check_lora_groups(component_groups, p)
+    positive_int(p, "adapter.rank", adapter_cfg.get("rank"), " Fix: e.g. adapter.rank=8 (the rank r of each update B @ A).")
+    positive_number(p, "adapter.alpha", adapter_cfg.get("alpha"), "16 (twice the rank: the update is scaled by alpha / rank)")
+    dropout = adapter_cfg.get("dropout", 0.0)  # a dict built in code may leave it out: apply_lora's default, none
+    p.require(is_number(dropout) and 0 <= dropout < 1,
+              f"adapter.dropout={dropout!r} must be a number in [0, 1) (dropout on the LoRA input). "
+              f"Fix: adapter.dropout=0.0 (none) or e.g. 0.1.")
+    return p.items
+
+
+def check_lora_groups(groups: str | Iterable[str], p: Problems) -> None:
+    """Each group must hold ``nn.Linear`` weights (:data:`LORA_GROUPS`); ``auto`` is the strategy check's."""
+    for group in _groups(groups):
+        if group in LORA_GROUPS or group == AUTO:
             continue
         if group in COMPONENTS:
-            problems.append(
-                f"component={group!r} with adapter=lora: LoRA adapts nn.Linear weights and {group} is "
-                f"{_WHY_NOT.get(group, 'not a Linear')}. Choices with adapter=lora: {', '.join(LORA_GROUPS)}. "
-                f"Fix: component=mha (or fc1, fc2), or adapter=none to finetune {group} itself.")
+            p.add(f"component={group!r} with adapter=lora: LoRA adapts nn.Linear weights and {group} is "
+                  f"{_WHY_NOT.get(group, 'not a Linear')}. Choices with adapter=lora: {', '.join(LORA_GROUPS)}. "
+                  f"Fix: component=mha (or fc1, fc2), or adapter=none to finetune {group} itself.")
         else:
-            problems.append(f"component={group!r} is not a component group. Choices with adapter=lora: "
-                            f"{', '.join(LORA_GROUPS)}. Fix: component=mha (or fc1, fc2).")
-    rank = _get(adapter_cfg, "rank")
-    if not (_is_int(rank) and rank > 0):
-        problems.append(f"adapter.rank={rank!r} must be a positive integer (the rank r of each update B @ A). "
-                        f"Fix: e.g. adapter.rank=8.")
-    alpha = _get(adapter_cfg, "alpha")
-    if not (_is_number(alpha) and math.isfinite(alpha) and alpha > 0):
-        problems.append(f"adapter.alpha={alpha!r} must be a finite positive number (the update is scaled by "
-                        f"alpha / rank). Fix: e.g. adapter.alpha=16 (twice the rank).")
-    dropout = _get(adapter_cfg, "dropout", 0.0)
-    if not (_is_number(dropout) and 0 <= dropout < 1):
-        problems.append(f"adapter.dropout={dropout!r} must be a number in [0, 1) (dropout on the LoRA input). "
-                        f"Fix: adapter.dropout=0.0 (none) or e.g. 0.1.")
-    return problems
-
-
-def _check_blocks(blocks: Any, depth: int | None) -> list[str]:
-    """The blocks LoRA adapts (``component.blocks``): null or distinct indices below ``depth``."""
-    if blocks is None:
-        return []
-    fix = "Fix: component.blocks=null (every block) or a list of block indices, e.g. component.blocks=[0,1]."
-    try:
-        values = list(blocks)
-    except TypeError:
-        values = None
-    if values is None or not values or not all(_is_int(b) and b >= 0 for b in values):
-        return [f"component.blocks={blocks!r} must be null or a non-empty list of block indices (integers >= 0). {fix}"]
-    if len(set(values)) != len(values):
-        return [f"component.blocks={values!r} lists a block twice. {fix}"]
-    beyond = [b for b in values if depth is not None and b >= depth]
-    if beyond:
-        return [f"component.blocks={values!r}: the model has {depth} blocks (0 to {depth - 1}), so "
-                f"{', '.join(map(str, beyond))} do not exist. Fix: block indices below {depth}, or component.blocks=null."]
-    return []
+            p.add(f"component={group!r} is not a component group. Choices with adapter=lora: "
+                  f"{', '.join(LORA_GROUPS)}. Fix: component=mha (or fc1, fc2).")
 
 
 def _groups(groups: str | Iterable[str]) -> list[str]:
@@ -145,34 +132,14 @@ def _groups(groups: str | Iterable[str]) -> list[str]:
     return str(groups).split("+") if isinstance(groups, str) else [str(g) for g in groups]
 
 
-def _get(cfg: Mapping, key: str, default: Any = None) -> Any:
-    try:
-        return cfg.get(key, default)
-    except AttributeError:
-        return getattr(cfg, key, default)
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _raise_if(problems: list[str]) -> None:
-    if problems:
-        from plasticity.validate import ConfigError
-
-        raise ConfigError(problems)
-
-
 # ----------------------------------------------------------------------------------- targets
 
 
 def target_modules(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable[int] | None = None) -> list[str]:
-    """Full names of the ``nn.Linear`` modules LoRA adapts: those whose parameters
-    :func:`~plasticity.components.classify` puts in one of ``groups`` and in one of ``blocks``.
+    """Full names of the ``nn.Linear`` modules LoRA adapts (peft's ``target_modules``): those whose
+    parameters :func:`~plasticity.components.classify` puts in one of ``groups`` and in one of ``blocks``.
+
+    Never ``patch_embed.proj`` (a Conv2d) or the head (outside the blocks).
 
     Args:
         model: A timm ViT-family model (plain, not yet adapted).
@@ -180,59 +147,32 @@ def target_modules(model: "nn.Module", groups: str | Iterable[str], blocks: Iter
         blocks: Block indices; None: every block.
 
     Raises:
-        ConfigError: a group without Linear weights, a block the model lacks, or nothing to adapt.
+        ConfigError: a group without Linear weights or a block the model lacks.
+        ValueError: nothing to adapt.
     """
-    import torch.nn as nn
-
     groups = _groups(groups)
     blocks = None if blocks is None else list(blocks)
-    _raise_if(check_adapter(groups, {"name": "lora", "rank": 1, "alpha": 1}) + _check_blocks(blocks, _depth(model)))
-    wanted = set(groups)
+    p = Problems()
+    check_lora_groups(groups, p)
+    p.check(check_blocks, blocks, depth(model))
+    p.raise_if_any()
+    return _linear_names(model, groups, blocks)
+
+
+def _linear_names(model: "nn.Module", groups: list[str], blocks: list[int] | None) -> list[str]:
+    import torch.nn as nn
+
     names = []
     for name, module in model.named_modules():
         if not isinstance(module, nn.Linear):
             continue
         group, block = classify(f"{name}.weight")
-        if group in wanted and block is not None and (blocks is None or block in blocks):
+        if group in groups and block is not None and (blocks is None or block in blocks):
             names.append(name)
     if not names:
         raise ValueError(f"no nn.Linear of {'+'.join(groups)} in blocks {blocks if blocks is not None else 'all'} of "
                          f"{type(model).__name__}: nothing for LoRA to adapt. Fix: another component or adapter=none.")
     return names
-
-
-def lora_targets(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable[int] | None = None) -> str:
-    """peft's ``target_modules``: one regex that ``re.fullmatch``es exactly :func:`target_modules`.
-
-    Compact where the blocks share their Linears (every ViT): ``blocks\\.\\d+\\.(attn\\.qkv|attn\\.proj)``
-    for every block, ``blocks\\.(0|1)\\.mlp\\.fc1`` for some; otherwise an alternation of the escaped
-    full names. Never matches ``patch_embed.proj`` (a Conv2d) or the head.
-
-    Args and raises: as :func:`target_modules`.
-    """
-    import torch.nn as nn
-
-    names = target_modules(model, groups, blocks)
-    pairs = [name.split(".", 2)[1:] for name in names]  # blocks.<i>.<suffix>
-    indices = sorted({int(i) for i, _ in pairs})
-    suffixes = list(dict.fromkeys(suffix for _, suffix in pairs))
-    every = blocks is None and indices == list(range(_depth(model) or 0))
-    index = r"\d+" if every else _alternation(map(str, indices))
-    regex = rf"blocks\.{index}\." + _alternation(re.escape(s) for s in suffixes)
-    linears = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
-    if [n for n in linears if re.fullmatch(regex, n)] != names:  # blocks that differ: list them all
-        regex = _alternation(re.escape(n) for n in names)
-    return regex
-
-
-def _alternation(items: Iterable[str]) -> str:
-    items = list(items)
-    return items[0] if len(items) == 1 else "(" + "|".join(items) + ")"
-
-
-def _depth(model: "nn.Module") -> int | None:
-    blocks = getattr(model, "blocks", None)
-    return len(blocks) if blocks is not None and hasattr(blocks, "__len__") else None
 
 
 # ------------------------------------------------------------------------------------ inject
@@ -269,23 +209,27 @@ def apply_lora(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable
     """
     groups = _groups(groups)
     blocks = None if blocks is None else list(blocks)
-    _raise_if(check_adapter(groups, {"name": "lora", "rank": rank, "alpha": alpha, "dropout": dropout})
-              + _check_blocks(blocks, _depth(model)))
+    p = Problems()
+    for problem in check_adapter(groups, {"name": "lora", "rank": rank, "alpha": alpha, "dropout": dropout}):
+        p.add(problem)
+    p.check(check_blocks, blocks, depth(model))
+    p.raise_if_any()
     if lora_names(model):
         raise ValueError("the model already holds LoRA layers; apply_lora adapts a plain timm model once. "
                          "Fix: build a fresh model (plasticity.models.create_model) and adapt that.")
-    regex = lora_targets(model, groups, blocks)
-    _route_qkv_through_forward(model, target_modules(model, groups, blocks))
+    targets = _linear_names(model, groups, blocks)
+    _route_qkv_through_forward(model, targets)
     from peft import LoraConfig, inject_adapter_in_model
 
-    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=regex, bias="none")
+    # peft matches each module name against the list exactly (or as a dotted suffix): full names adapt exactly these.
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=dropout, target_modules=targets, bias="none")
     adapted = inject_adapter_in_model(config, model, adapter_name=ADAPTER_NAME)
     if adapted is not model:  # peft 0.21 injects in place; the caller keeps its object
         raise RuntimeError("peft's inject_adapter_in_model returned a new object; plasticity expects it in place.")
     selection = lora_selection(model, "+".join(groups), train_final_norm, split=len(groups) > 1 or blocks is not None)
     freeze(model, selection)
-    log.info("LoRA r=%d alpha=%g dropout=%g on %s (%s): %d trainable LoRA parameters",
-             rank, alpha, dropout, "+".join(groups), regex, selection.counts["group"])
+    log.info("LoRA r=%d alpha=%g dropout=%g on %s (%d Linear modules): %d trainable LoRA parameters",
+             rank, alpha, dropout, "+".join(groups), len(targets), selection.counts["group"])
     return model, selection
 
 
@@ -394,12 +338,8 @@ def export_merged(model: "nn.Module", path: str | Path) -> Path:
     The file is a ``model.weights_file`` for :func:`plasticity.models.create_model` (which, as
     for any pretrained file, resets the head). Returns the path.
     """
-    from safetensors.torch import save_file
-
-    from plasticity.runs.io import atomic_path
+    from plasticity.runs.io import write_safetensors_atomic
 
     path = Path(path)
-    state = {k: v.detach().contiguous().cpu() for k, v in merged_state_dict(model).items()}
-    with atomic_path(path) as tmp:
-        save_file(state, str(tmp))
+    write_safetensors_atomic(path, merged_state_dict(model))
     return path

@@ -16,7 +16,6 @@ from plasticity.adapters import (
     check_adapter,
     export_merged,
     lora_names,
-    lora_targets,
     merge_lora,
     merged_state_dict,
     target_modules,
@@ -67,19 +66,20 @@ def train(net, steps: int, lr: float = 0.5, seed: int = 2):
 # ------------------------------------------------------------------------------------ targets
 
 
-def test_targets_are_the_groups_linears_as_a_fullmatch_regex():
-    import re
-
+def test_targets_are_the_groups_linears_by_full_name():
     net = micro()
-    assert lora_targets(net, ["mha"]) == r"blocks\.\d+\.(attn\.qkv|attn\.proj)"
-    assert lora_targets(net, ["fc1"]) == r"blocks\.\d+\.mlp\.fc1"
-    assert lora_targets(net, ["fc2"], [1]) == r"blocks\.1\.mlp\.fc2"
-    assert lora_targets(net, ["mha", "fc1"], [0, 1]) == r"blocks\.(0|1)\.(attn\.qkv|attn\.proj|mlp\.fc1)"
+    per_block = lambda *suffixes: [f"blocks.{b}.{s}" for b in (0, 1) for s in suffixes]  # noqa: E731
+    assert target_modules(net, ["mha"]) == per_block("attn.qkv", "attn.proj")
+    assert target_modules(net, ["fc1"]) == per_block("mlp.fc1")
+    assert target_modules(net, ["fc2"], [1]) == ["blocks.1.mlp.fc2"]
+    assert target_modules(net, ["mha", "fc1"], [0, 1]) == per_block("attn.qkv", "attn.proj", "mlp.fc1")
     assert target_modules(net, ["mha"], [1]) == ["blocks.1.attn.qkv", "blocks.1.attn.proj"]
     modules = [n for n, _ in net.named_modules()]
-    matched = [n for n in modules if re.fullmatch(lora_targets(net, ["mha", "fc1", "fc2"]), n)]
+    matched = target_modules(net, ["mha", "fc1", "fc2"])
     assert matched == [f"blocks.{b}.{s}" for b in (0, 1) for s in ("attn.qkv", "attn.proj", "mlp.fc1", "mlp.fc2")]
     assert "patch_embed.proj" in modules and "patch_embed.proj" not in matched  # the Conv2d never
+    adapted_net, _ = apply_lora(net, ["mha", "fc1", "fc2"], rank=R)  # what peft adapts from the list
+    assert sorted({n.split(".lora_")[0] for n in lora_names(adapted_net)}) == sorted(matched)
 
 
 def test_adapted_model_keeps_its_class_and_computes_exactly_the_base_model():
@@ -296,7 +296,7 @@ def test_bad_rank_alpha_dropout_blocks_each_named():
     assert check_adapter("mha", {"name": "lorra"})[0].startswith("adapter.name='lorra' is not an adapter")
     with pytest.raises(ConfigError, match="adapter.rank=0"):
         apply_lora(micro(), "mha", rank=0)
-    with pytest.raises(ConfigError, match=r"component.blocks=\[0, 2\]: the model has 2 blocks"):
+    with pytest.raises(ConfigError, match=r"component.blocks=\[0, 2\] has block 2, but the model has 2 blocks"):
         apply_lora(micro(), "mha", blocks=[0, 2])
     with pytest.raises(ConfigError, match="ln1"):
         apply_lora(micro(), ["mha", "ln1"])
