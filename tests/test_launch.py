@@ -37,7 +37,9 @@ def result(path):
 
 
 def test_single_run_writes_the_record_contract(tmp_path, data_dir):
+    started = time.perf_counter()
     proc = launch(tmp_path, data_dir, "component=ln2", "seed=0")
+    elapsed = time.perf_counter() - started
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = result(run_dir(tmp_path, "ln2"))
     assert rec["status"] == "done"
@@ -55,6 +57,7 @@ def test_single_run_writes_the_record_contract(tmp_path, data_dir):
     assert rec["best_step"] in (2, 4) and rec["steps"] == 4
     assert rec["trainable_params"] == 2 * 2 * 64  # ln2 of two blocks: gamma and beta
     assert rec["wall_s"] > 0 and len(rec["split_hash"]) == 12
+    assert rec["wall_s"] < elapsed  # the job's wall time is part of the launch the test timed
     header = (run_dir(tmp_path, "ln2") / "metrics.csv").read_text().splitlines()[0].split(",")
     for key in ("train/loss", "lr", "grad_norm/ln2", "grad_norm/head", "grad_norm/ln2/block_1",
                 "val/loss", "val/acc", "test/acc"):
