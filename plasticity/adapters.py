@@ -104,8 +104,10 @@ def check_adapter(component_groups: str | Iterable[str], adapter_cfg: Mapping | 
                 f"Fix: adapter=lora (LoRA on the component's Linear weights) or adapter=none."]
     p = Problems()
     check_lora_groups(component_groups, p)
-    positive_int(p, "adapter.rank", adapter_cfg.get("rank"), " Fix: e.g. adapter.rank=8 (the rank r of each update B @ A).")
-    positive_number(p, "adapter.alpha", adapter_cfg.get("alpha"), "16 (twice the rank: the update is scaled by alpha / rank)")
+    positive_int(p, "adapter.rank", adapter_cfg.get("rank"),
+                 " Fix: e.g. adapter.rank=8 (the rank r of each update B @ A).")
+    positive_number(p, "adapter.alpha", adapter_cfg.get("alpha"),
+                    "16 (twice the rank: the update is scaled by alpha / rank)")
     dropout = adapter_cfg.get("dropout", 0.0)  # a dict built in code may leave it out: apply_lora's default, none
     p.require(is_number(dropout) and 0 <= dropout < 1,
               f"adapter.dropout={dropout!r} must be a number in [0, 1) (dropout on the LoRA input). "

@@ -124,8 +124,8 @@ class PlasticityCallback(L.Callback):
         return {"rows": list(self.rows), "last_step": self._last_step}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.rows = list(state_dict.get("rows", []))
-        self._last_step = state_dict.get("last_step", -1)
+        self.rows = list(state_dict["rows"])
+        self._last_step = state_dict["last_step"]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = time.perf_counter()
@@ -134,6 +134,7 @@ class PlasticityCallback(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
+        # Called after every micro-batch: global_step repeats across one step's accumulation, measured once.
         if step != self._last_step and step % self.every_n_steps == 0:
             self._measure(trainer, pl_module)
 
@@ -162,15 +163,16 @@ class PlasticityCallback(L.Callback):
         for group in self.groups:
             metrics[f"plasticity/{group}"] = float(np.mean([r["mean"] for r in rows if r["group"] == group]))
         if pl_module.device.type == "cuda":
-            torch.cuda.synchronize()
+            torch.cuda.synchronize()  # CUDA runs asynchronously: wait, so the cost counts the measurement's kernels
         self.measure_s += time.perf_counter() - started
         metrics["plasticity/cost"] = self.measure_s / max(time.perf_counter() - self._start, 1e-9)
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=trainer.global_step)
         step = trainer.global_step
         self.rows += [{"step": step, "group": r["group"], "block": r["block"], "mean": r["mean"]} for r in rows]
-        self.rows += [{"step": step, "group": g, "block": "all", "mean": metrics[f"plasticity/{g}"]} for g in self.groups]
-        if trainer.is_global_zero:
+        self.rows += [{"step": step, "group": g, "block": "all", "mean": metrics[f"plasticity/{g}"]}
+                      for g in self.groups]
+        if trainer.is_global_zero:  # every rank measured the same (all-reduced) weights; one writes
             self.write(Path(trainer.default_root_dir) / CSV_NAME)
 
     def write(self, path: Path) -> None:

@@ -26,7 +26,7 @@ def warmup_cosine(max_steps: int, warmup_steps: int) -> Callable[[int], float]:
 
     def factor(step: int) -> float:
         if step < warmup_steps:
-            return (step + 1) / warmup_steps
+            return (step + 1) / warmup_steps  # step 0 already moves (a factor of 0 would waste it); 1 at the end
         progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)
         return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
@@ -87,7 +87,7 @@ class FinetuneModule(L.LightningModule):
         self.val_loss = MeanMetric()  # weighted by batch size: the mean over every example
         self.test_loss = MeanMetric()
         self.strict_loading = False  # checkpoints omit frozen weights
-        self._loss_sum = torch.zeros(())
+        self._loss_sum = torch.zeros(())  # the micro-batches' losses since the last optimizer step
         self._loss_count = 0
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -106,6 +106,8 @@ class FinetuneModule(L.LightningModule):
         return loss
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # Lightning calls this once per optimizer step, after the last micro-batch's backward and
+        # before gradient clipping: the logged gradient norms are the unclipped ones.
         loss = self._loss_sum / max(1, self._loss_count)
         self._loss_sum, self._loss_count = torch.zeros((), device=loss.device), 0
         if self.trainer.world_size > 1:  # equal micro-batches on every rank: the mean of means is the mean
@@ -157,7 +159,7 @@ class FinetuneModule(L.LightningModule):
     def param_groups(self) -> list[dict]:
         """The trainable parameters as optimizer groups: one at the base learning rate (first, so
         the logged ``lr`` is the base rate), then one per group of ``lr_scale`` at ``lr x scale``."""
-        base_lr = self.optimizer_factory.keywords["lr"] if self.lr_scale else None
+        base_lr = self.optimizer_factory.keywords["lr"] if self.lr_scale else None  # the partial's optimizer.lr
         params = dict(self.net.named_parameters())
         scaled = {g: set(names) for g, names in self.selection.by_group.items() if g in self.lr_scale}
         taken = set().union(*scaled.values()) if scaled else set()
@@ -169,10 +171,12 @@ class FinetuneModule(L.LightningModule):
 
     def configure_optimizers(self):
         optimizer = self.optimizer_factory(self.param_groups())
-        schedule = LambdaLR(optimizer, warmup_cosine(self.max_steps, self.warmup_steps))
+        schedule = LambdaLR(optimizer, warmup_cosine(self.max_steps, self.warmup_steps))  # scales every group alike
+        # "step": the schedule advances per optimizer step (max_steps long), not per epoch.
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # Frozen weights are the pretrained model's, rebuilt at load: keep only what trains (see strict_loading).
         trainable = {f"net.{n}" for n in self.selection.trainable}
         checkpoint["state_dict"] = {
             k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("net.") or k in trainable

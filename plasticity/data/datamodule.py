@@ -48,7 +48,8 @@ class _BatchDataset(Dataset):
         order = np.argsort(idx, kind="stable")  # sorted reads are sequential in a memory map
         images = np.empty((len(idx), *self.images.shape[1:]), dtype=np.uint8)
         images[order] = self.images[idx[order]]
-        batch = (torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), torch.from_numpy(np.asarray(self.labels[idx])))
+        labels = torch.from_numpy(np.asarray(self.labels[idx]))
+        batch = (torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), labels)
         return batch if self.sizes is None else (*batch, torch.from_numpy(np.asarray(self.sizes[idx])))
 
 

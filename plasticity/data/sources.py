@@ -455,9 +455,10 @@ class Cifar(Source):
         self.test_files = ("test_batch",) if ten else ("test",)
         self.label_key = b"labels" if ten else b"fine_labels"
         self.layout = f"the python pickles {', '.join(self.train_files + self.test_files)}"
+        archive = self.folder.replace('-batches-py', '').replace('-python', '')
         self.fetch = ("Pass dataset.download=true to let torchvision download it, or fetch "
-                      f"https://www.cs.toronto.edu/~kriz/{self.folder.replace('-batches-py', '').replace('-python', '')}"
-                      "-python.tar.gz and extract it into the data directory (paths.data_dir).")
+                      f"https://www.cs.toronto.edu/~kriz/{archive}-python.tar.gz and extract it into the data "
+                      "directory (paths.data_dir).")
 
     def _check(self, data_dir: Path) -> None:
         for name in self.train_files + self.test_files:
@@ -473,7 +474,8 @@ class Cifar(Source):
             entry = _unpickle(path, self.name)
             data, lbl = entry.get(b"data"), entry.get(self.label_key)
             if data is None or lbl is None or np.asarray(data).shape != (len(lbl), 3072):
-                raise DataError(f"{self.name}: {path} is not a CIFAR batch (needs b'data' (N, 3072) and {self.label_key!r})")
+                raise DataError(f"{self.name}: {path} is not a CIFAR batch "
+                                f"(needs b'data' (N, 3072) and {self.label_key!r})")
             images.append(np.asarray(data, dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
             labels.append(np.asarray(lbl, dtype=np.int64))
         labels_all = np.concatenate(labels)
@@ -634,7 +636,8 @@ SOURCES: dict[str, Source] = {
         Cifar(10),
         Cifar(100),
         *(CifarC(c) for c in CORRUPTIONS),
-        *(ImageFolder(f"domainnet/{d}", f"domainnet/{d}", 345, _DOMAINNET_FETCH.format(d=d)) for d in ("clipart", "sketch")),
+        *(ImageFolder(f"domainnet/{d}", f"domainnet/{d}", 345, _DOMAINNET_FETCH.format(d=d))
+          for d in ("clipart", "sketch")),
         Flowers102(),
         Pets(),
         ImageFolder("imagenet", "imagenet/val", 1000, _IMAGENET_FETCH, split="test"),

@@ -71,18 +71,18 @@ class DataSpec:
         if img_size is None:
             from plasticity.models import input_size
 
-            img_size = input_size(cfg.model.name, cfg.model.get("kwargs"))
-        prepared = cfg.paths.get("prepared_dir")
+            img_size = input_size(cfg.model.name, cfg.model.kwargs)
+        prepared = cfg.paths.prepared_dir
         return cls(
             name=data.name if name is None else name,
             data_dir=str(cfg.paths.data_dir),
             prepared_dir=None if prepared is None else str(prepared),
             severity=data.severity,
             download=bool(data.download),
-            limit=data.get("limit") if own else None,
-            num_classes=data.get("num_classes") if own else None,
+            limit=data.limit if own else None,
+            num_classes=data.num_classes if own else None,
             img_size=int(img_size),
-            classes=tuple(data.classes) if own and data.get("classes") is not None else None,
+            classes=tuple(data.classes) if own and data.classes is not None else None,
         )
 
     def replace(self, **changes: Any) -> DataSpec:

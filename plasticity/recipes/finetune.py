@@ -217,7 +217,8 @@ class Finetune(RecipeBase):
         datamodule.setup()  # the splits: component=auto measures on train before the trainer exists
         return datamodule
 
-    def setup_selection(self, net: "torch.nn.Module", datamodule: "DataModule") -> tuple["torch.nn.Module", "Selection"]:
+    def setup_selection(self, net: "torch.nn.Module",
+                        datamodule: "DataModule") -> tuple["torch.nn.Module", "Selection"]:
         """Resolves and freezes: only the component (its groups and blocks, its LoRA weights with
         an adapter, or what the measurement chose for ``auto``), the head and (by switch) the final
         norm train. Returns the model (LoRA-adapted when configured) and the selection."""
@@ -263,7 +264,8 @@ class Finetune(RecipeBase):
                  len(table), auto.n_pairs, self.auto_record["auto_s"], ", ".join(self.auto_record["selected"]))
         return select_units(net, units, self.cfg.component.train_final_norm)
 
-    def setup_module(self, net: "torch.nn.Module", selection: "Selection", datamodule: "DataModule") -> "FinetuneModule":
+    def setup_module(self, net: "torch.nn.Module", selection: "Selection",
+                     datamodule: "DataModule") -> "FinetuneModule":
         """The LightningModule: the optimizer from ``optimizer`` (a partial), the schedule from ``task``."""
         import hydra
 
@@ -375,7 +377,8 @@ def check_global_batch(task: DictConfig, p: Problems, world: int) -> None:
     if task.batch_size % world == 0:
         fix = f"task.micro_batch_size={_largest_divisor(task.batch_size // world, task.micro_batch_size)}"
     else:
-        fix = (f"a task.batch_size divisible by {per_step} (e.g. task.batch_size={per_step * max(1, round(task.batch_size / per_step))}), "
+        nearest = per_step * max(1, round(task.batch_size / per_step))
+        fix = (f"a task.batch_size divisible by {per_step} (e.g. task.batch_size={nearest}), "
                f"or a process count that divides {task.batch_size}")
     p.add(f"the global batch task.batch_size={task.batch_size} is not divisible by task.micro_batch_size="
           f"{task.micro_batch_size} x {world} processes (trainer.devices x trainer.num_nodes) = {per_step}: every "

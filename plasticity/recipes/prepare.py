@@ -20,7 +20,7 @@ def image_side(cfg: DictConfig) -> int:
     """``task.img_size``, else the configured model's input side (no model is built)."""
     from plasticity.models import input_size
 
-    return int(cfg.task.get("img_size") or input_size(cfg.model.name, cfg.model.get("kwargs")))
+    return int(cfg.task.img_size or input_size(cfg.model.name, cfg.model.kwargs))
 
 
 def check_data_task(cfg: DictConfig, p: Problems) -> None:
@@ -28,7 +28,7 @@ def check_data_task(cfg: DictConfig, p: Problems) -> None:
     check_model(cfg, p)
     check_dataset(cfg, p, cfg.dataset.name)
     check_dataset_values(cfg.dataset, p)
-    size = cfg.task.get("img_size")
+    size = cfg.task.img_size
     p.require(size is None or (is_int(size) and size > 0),
               f"task.img_size={size!r} must be a positive integer or null (the model's input side).")
 
