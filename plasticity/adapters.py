@@ -44,9 +44,9 @@ from plasticity.components import (
     AUTO,
     COMPONENTS,
     Selection,
+    block_count,
     check_blocks,
     classify,
-    depth,
     freeze,
     has_adapter,
     resolve,
@@ -156,7 +156,7 @@ def target_modules(model: "nn.Module", groups: str | Iterable[str], blocks: Iter
     blocks = None if blocks is None else list(blocks)
     p = Problems()
     check_lora_groups(groups, p)
-    p.check(check_blocks, blocks, depth(model))
+    p.check(check_blocks, blocks, block_count(model))
     p.raise_if_any()
     return _linear_names(model, groups, blocks)
 
@@ -214,7 +214,7 @@ def apply_lora(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable
     p = Problems()
     for problem in check_adapter(groups, {"name": "lora", "rank": rank, "alpha": alpha, "dropout": dropout}):
         p.add(problem)
-    p.check(check_blocks, blocks, depth(model))
+    p.check(check_blocks, blocks, block_count(model))
     p.raise_if_any()
     if lora_names(model):
         raise ValueError("the model already holds LoRA layers; apply_lora adapts a plain timm model once. "

@@ -22,10 +22,10 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
+from plasticity.validate import Problems, check_dataset, is_int, is_number, positive_int, positive_number
+
 if TYPE_CHECKING:
     import torch.nn as nn
-
-    from plasticity.validate import Problems
 
 
 @dataclass(frozen=True)
@@ -245,9 +245,8 @@ def check_blocks(blocks, depth: int | None = None) -> None:
     """
     if blocks is None:
         return
-    values = list(blocks) if isinstance(blocks, (list, tuple)) or hasattr(blocks, "__iter__") else None
-    ok = values is not None and values and all(isinstance(b, int) and not isinstance(b, bool) and b >= 0
-                                               for b in values) and len(set(values)) == len(values)
+    values = list(blocks) if hasattr(blocks, "__iter__") else None
+    ok = values and all(is_int(b) and b >= 0 for b in values) and len(set(values)) == len(values)
     if not ok:
         raise ValueError(f"component.blocks={blocks!r} must be null (every block) or a list of distinct block "
                          f"indices. Fix: e.g. component.blocks=[8,9,10,11].")
@@ -256,7 +255,7 @@ def check_blocks(blocks, depth: int | None = None) -> None:
                          f"(0-{depth - 1}). Fix: indices below {depth}.")
 
 
-def depth(model: "nn.Module") -> int | None:
+def block_count(model: "nn.Module") -> int | None:
     """The model's number of blocks (None for a model without ``blocks``)."""
     return len(getattr(model, "blocks", ())) or None
 
@@ -339,7 +338,7 @@ def select(model: "nn.Module", component: str, train_final_norm: bool = True, bl
             embedding (``emb``) has no block and trains whole.
     """
     parts = parse_component(component)
-    check_blocks(blocks, depth(model))
+    check_blocks(blocks, block_count(model))
     groups = resolve(model)
     if component == "all":
         return selection_of(model, component, {"all": tuple(n for n, _ in model.named_parameters())}, groups, True,
@@ -433,11 +432,9 @@ def tag_of(cfg: Any) -> str:
     return component_tag(cfg.component.name, blocks_of(cfg.component), adapter_of(cfg), auto.get("budget"))
 
 
-def check_strategy(cfg: Any, p: "Problems") -> None:
+def check_strategy(cfg: Any, p: Problems) -> None:
     """``component.name`` (a group, ``+``-joined groups or ``auto``), ``component.blocks``,
     ``component.lr_scale``, ``component.auto`` and the adapter."""
-    from plasticity.validate import positive_number
-
     component = cfg.component
     if not p.check(check_component, component.name):
         return
@@ -474,10 +471,8 @@ def model_depth(cfg: Any) -> int | None:
         return None
 
 
-def check_auto(cfg: Any, p: "Problems") -> None:
+def check_auto(cfg: Any, p: Problems) -> None:
     """``component.auto``: the reference dataset exists, positive pair counts, a budget in (0, 1]."""
-    from plasticity.validate import check_dataset, is_number, positive_int
-
     auto = cfg.component.get("auto")  # component=auto's own section: a component.name=auto override lacks it
     if not p.require(auto is not None, "component=auto needs component.auto (reference, n_pairs, batch_size, "
                                        "budget). Fix: component=auto (conf/component/auto.yaml)."):
