@@ -111,8 +111,7 @@ class Finetune(RecipeBase):
         """Trains, tests the best-validation checkpoint and returns the result fields (and, with
         ``task.export_merged``, writes the LoRA-merged weights)."""
         fields, module = self.fit()
-        # task=pretrain's task section has no export_merged (and trains no adapter).
-        if self.adapter and self.cfg.task.get("export_merged") and self.is_global_zero:
+        if self.adapter and self.cfg.task.export_merged and self.is_global_zero:
             from plasticity.adapters import export_merged
             from plasticity.runs.checkpoints import WEIGHTS_FILE
 
@@ -138,10 +137,16 @@ class Finetune(RecipeBase):
         trainer = self.setup_trainer(checkpoint)
         self.log_config(trainer, selection.counts, datamodule.split_hash)
         train_s = self.train(trainer, module, datamodule, resume)
-        fields = {**self.test(trainer, module, datamodule, checkpoint), "trainable_params": selection.counts["group"],
-                  "params": selection.counts, "split_hash": datamodule.split_hash, "train_s": round(train_s, 2),
-                  "best_checkpoint": str(Path(checkpoint.best_model_path).relative_to(self.run_dir)),
-                  "resumed": resume is not None, **self.strategy_fields(selection)}
+        fields = {
+            **self.test(trainer, module, datamodule, checkpoint),
+            "trainable_params": selection.counts["group"],
+            "params": selection.counts,
+            "split_hash": datamodule.split_hash,
+            "train_s": round(train_s, 2),
+            "best_checkpoint": str(Path(checkpoint.best_model_path).relative_to(self.run_dir)),
+            "resumed": resume is not None,
+            **self.strategy_fields(selection),
+        }
         return fields, module
 
     def train(self, trainer: "L.Trainer", module: "FinetuneModule", datamodule: "DataModule",
