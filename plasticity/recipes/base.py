@@ -54,6 +54,15 @@ class RecipeBase:
     def run(self) -> dict[str, Any]:  # pragma: no cover - every recipe overrides it
         raise NotImplementedError
 
+    def create_net(self, num_classes: int) -> "torch.nn.Module":
+        """The configured model (``model``: timm name, pretrained weights or file, architecture
+        arguments) with a new ``num_classes`` head."""
+        from plasticity.models import create_model
+
+        model = self.cfg.model
+        return create_model(model.name, num_classes, pretrained=model.pretrained, weights_file=model.weights_file,
+                            **model.kwargs)
+
 
 class AnalysisRecipe(RecipeBase):
     """Shared by ``task=plasticity`` and ``task=bounds``: pairs (reference test image, downstream
@@ -94,12 +103,8 @@ class AnalysisRecipe(RecipeBase):
         return load_splits(ref).test, load_splits(down).test
 
     def setup_net(self, num_classes: int = 10) -> "torch.nn.Module":
-        from plasticity.models import create_model
-
-        model = self.cfg.model
-        net = create_model(model.name, num_classes, pretrained=model.pretrained,
-                           weights_file=model.weights_file, **model.kwargs)
-        return net.to(self.device).eval()
+        """The model in eval mode on the task's device (the analyses never use its head)."""
+        return self.create_net(num_classes).to(self.device).eval()
 
     def autocast(self) -> ContextManager:
         """``task.precision`` on the task's device (:func:`plasticity.devices.autocast`)."""

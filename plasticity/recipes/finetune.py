@@ -194,12 +194,9 @@ class Finetune(RecipeBase):
     def setup_net(self) -> "torch.nn.Module":
         """The timm model with its head reset to the dataset's classes."""
         from plasticity.data.splits import expected_classes
-        from plasticity.models import create_model
 
-        model, data = self.cfg.model, self.cfg.dataset
-        num_classes = expected_classes(data.name, data.num_classes)
-        return create_model(model.name, num_classes, pretrained=model.pretrained, weights_file=model.weights_file,
-                            **model.kwargs)
+        data = self.cfg.dataset
+        return self.create_net(expected_classes(data.name, data.num_classes))
 
     def setup_data(self, net: "torch.nn.Module") -> "DataModule":
         """The datamodule, reading the dataset for the built model's input side, its splits loaded."""

@@ -83,11 +83,9 @@ class LinearProbe(RecipeBase):
     def setup_net(self) -> "torch.nn.Module":
         """The pretrained model, frozen, in eval mode on the device (its head is never used)."""
         from plasticity.data.splits import expected_classes
-        from plasticity.models import create_model
 
-        model, data = self.cfg.model, self.cfg.dataset
-        net = create_model(model.name, expected_classes(data.name, data.get("num_classes")),
-                           pretrained=model.pretrained, weights_file=model.weights_file, **model.kwargs)
+        data = self.cfg.dataset
+        net = self.create_net(expected_classes(data.name, data.num_classes))
         net.requires_grad_(False)
         return net.to(self.device).eval()
 
