@@ -41,13 +41,33 @@ HIST_RANGE = (-4.0, 4.0)  # log10 of the rate
 HIST_BINS = 800  # 0.01 decades a bin: quantiles within 2.3 %
 
 
+class _Tokens(Exception):
+    """Carries the embedding tokens out of the forward pass it stops (nothing after them is computed)."""
+
+    def __init__(self, tokens: torch.Tensor) -> None:
+        self.tokens = tokens
+
+
+def _stop_with_tokens(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+    raise _Tokens(output)
+
+
 def embed_tokens(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     """Embedding-layer tokens ``(B, n, d)``, what enters the first block: patch embedding, then
     cls (and register) tokens and position embedding, then ``norm_pre`` (identity in a standard
-    ViT), as timm's ViT forward builds them. Patch dropout is not applied."""
-    tokens = model._pos_embed(model.patch_embed(images))
-    tokens = tokens[0] if isinstance(tokens, tuple) else tokens  # EVA returns (tokens, rope)
-    return model.norm_pre(tokens) if hasattr(model, "norm_pre") else tokens
+    ViT), taken from the model's own forward at ``norm_pre``'s output.
+
+    timm's ViT and EVA build them in ``forward_features`` in that order, patch dropout between
+    (the identity in eval mode, where every measurement runs, and in every model built here).
+    """
+    handle = model.norm_pre.register_forward_hook(_stop_with_tokens)
+    try:
+        model.forward_features(images)
+    except _Tokens as found:
+        return found.tokens
+    finally:
+        handle.remove()
+    raise RuntimeError(f"{type(model).__name__}.forward_features never ran norm_pre")
 
 
 def apply_module(block: nn.Module, group: str, tokens: torch.Tensor) -> torch.Tensor:

@@ -224,7 +224,7 @@ def test_block_bounds_and_plot(micro_vit, tmp_path):
     torch.manual_seed(9)
     images = torch.randn(6, 3, 28, 28)
     stats = token_stats(micro_vit, [(images[:4], None), images[4:]])
-    with torch.no_grad():
+    with torch.no_grad():  # timm's private _pos_embed only as an independent reference of the tokens
         reference = micro_vit._pos_embed(micro_vit.patch_embed(images))
     assert torch.allclose(embed_tokens(micro_vit, images), reference)
     assert stats.n == 17 and stats.r_rms <= stats.r_max

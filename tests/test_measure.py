@@ -83,6 +83,15 @@ def test_embedding_mode_applies_each_module_to_the_embedding_tokens(micro_vit):
     assert torch.allclose(rates[mha_block1], torch.stack(hand), rtol=1e-5)
 
 
+def test_embed_tokens_are_timms_embedding_bit_for_bit_and_leave_no_hook(micro_vit):
+    micro_vit.eval()
+    images = torch.randn(4, 3, 28, 28)
+    with torch.no_grad():  # timm's private _pos_embed only as an independent reference of what enters block 0
+        reference = micro_vit.norm_pre(micro_vit._pos_embed(micro_vit.patch_embed(images)))
+        assert torch.equal(embed_tokens(micro_vit, images), reference)
+    assert not micro_vit.norm_pre._forward_hooks
+
+
 def test_layer_and_embedding_modes_agree_on_block0_ln1_and_differ_elsewhere(micro_vit):
     micro_vit.eval()
     images = torch.randn(16, 3, 28, 28)
