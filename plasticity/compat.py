@@ -48,3 +48,27 @@ def submit_array(launcher: Any, jobs: list[tuple[int, list[str]]]) -> list[Any]:
     for (num, _), handle in zip(jobs, handles):
         log.info("job %d -> %s %s", num, cluster, handle.job_id)
     return handles
+
+
+# ------------------------------------------------------------------ wandb-workspaces 0.4.13
+
+
+def workspace_json(workspace: Any) -> str:
+    """The workspace as W&B's saved-view JSON, what ``Workspace.save()`` uploads, without a server.
+
+    wandb-workspaces saves a workspace only online (``save``) and reads one only from its URL
+    (``from_url``); both go through the private ``Workspace._to_model`` / ``_from_model`` and the
+    ``internal.View`` model, which :func:`workspace_from_json` reads back.
+    """
+    return workspace._to_model().model_dump_json(by_alias=True, exclude_none=True)
+
+
+def workspace_from_json(text: str) -> Any:
+    """The ``wandb_workspaces.workspaces.Workspace`` of a view written by :func:`workspace_json`.
+
+    Raises:
+        pydantic.ValidationError, ValueError: ``text`` is not a saved view.
+    """
+    from wandb_workspaces.workspaces import Workspace, internal
+
+    return Workspace._from_model(internal.View.model_validate_json(text))

@@ -1,6 +1,7 @@
 """plasticity.compat against the libraries' own code: each test names the version it was checked
 against and fails, naming what to re-read, when the library's behaviour changes."""
 
+import json
 from importlib.metadata import version
 
 from omegaconf import OmegaConf
@@ -77,3 +78,43 @@ def test_submit_array_submits_like_the_plugins_launch(tmp_path, monkeypatch):
         f"hydra-submitit-launcher {version('hydra-submitit-launcher')} submits differently from "
         f"plasticity.compat.submit_array (checked against 1.2.0): re-read its submitit_launcher.py launch()")
     assert oct((tmp_path / "sweep").stat().st_mode & 0o777) == "0o750"
+
+
+# ------------------------------------------------------------------ wandb-workspaces
+
+
+class Uploaded(Exception):
+    """Stops ``Workspace.save()`` at the server call, with the view it was about to upload."""
+
+
+def test_workspace_json_is_the_view_save_uploads_and_from_url_reads(monkeypatch):
+    """compat.workspace_json is the view ``Workspace.save()`` uploads, and workspace_from_json gives the workspace
+    ``Workspace.from_url`` makes of that view (both public, checked against wandb-workspaces 0.4.13); no server."""
+    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.workspaces as ws
+    from wandb_workspaces.workspaces import internal
+
+    from plasticity.compat import workspace_from_json, workspace_json
+
+    panel = wr.LinePlot(title="t", x="trainer/global_step", y=["val/acc"], groupby=wr.Config("component.name"))
+    workspace = ws.Workspace(name="w", entity="team", project="p", sections=[ws.Section(name="s", panels=[panel])],
+                             runset_settings=ws.RunsetSettings(filters=[ws.Config("model.value.name") == "m"]))
+
+    def upsert(view):
+        raise Uploaded(view.model_dump_json(by_alias=True, exclude_none=True, exclude={"name"}))
+
+    monkeypatch.setattr(internal, "upsert_view2", upsert)
+    changed = (f"wandb-workspaces {version('wandb-workspaces')} saves or loads a workspace differently from "
+               f"plasticity.compat (checked against 0.4.13): re-read wandb_workspaces/workspaces/interface.py "
+               f"(Workspace.save, Workspace.from_url)")
+    try:
+        workspace.save()
+    except Uploaded as saved:  # save() names a new view just before uploading it: compare all but the name
+        text = json.loads(workspace_json(workspace))
+        assert {k: v for k, v in text.items() if k != "name"} == json.loads(str(saved)), changed
+    else:
+        raise AssertionError(changed)
+    monkeypatch.setattr(internal.View, "from_name", lambda entity, project, name: internal.View.model_validate_json(
+        workspace_json(workspace)))
+    from_url = ws.Workspace.from_url("https://wandb.ai/team/p?nw=abc")
+    assert workspace_json(workspace_from_json(workspace_json(workspace))) == workspace_json(from_url), changed

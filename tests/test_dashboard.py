@@ -132,7 +132,7 @@ def test_offline_is_decided_at_once_and_push_needs_a_key(tmp_path, monkeypatch):
 
 
 def test_push_saves_fills_the_entity_keeps_the_view_id_and_is_bounded_in_time(tmp_path, monkeypatch):
-    from wandb_workspaces.workspaces import Workspace
+    from wandb_workspaces.workspaces import Workspace, interface
 
     spec = tmp_path / "workspace.json"
     spec.write_text(dash.spec_json(dash.build_workspace("plasticity", None, "w")))
@@ -146,7 +146,10 @@ def test_push_saves_fills_the_entity_keeps_the_view_id_and_is_bounded_in_time(tm
         return self
 
     monkeypatch.setattr(Workspace, "save", save)
-    monkeypatch.setattr(Workspace, "url", property(lambda self: f"https://wandb.ai/{self.entity}/{self.project}?nw=1"))
+    # The URL is the library's own (Workspace.url), W&B's documented <app>/<entity>/<project>?nw=<view> for the
+    # entity given to push and the spec's project; only the app's address is given, as no login is at hand.
+    monkeypatch.setattr(interface, "get_app_url", lambda api: "https://wandb.ai")
+    monkeypatch.setattr(interface.wandb, "Api", lambda: None)
     assert dash.push(spec, entity="team") == "https://wandb.ai/team/plasticity?nw=1"
     assert saved == ["team"]
     written = json.loads(spec.read_text())  # a second push updates the same view

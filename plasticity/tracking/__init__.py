@@ -14,7 +14,10 @@ Nothing here imports wandb until it is used.
 
 from __future__ import annotations
 
-__all__ = ["SUMMARY_KEYS", "wandb_enabled"]
+__all__ = ["STEP_METRIC", "SUMMARY_KEYS", "wandb_enabled"]
+
+STEP_METRIC = "trainer/global_step"
+"""The x-axis of every logged metric and dashboard curve: the optimizer step Lightning logs with each row."""
 
 SUMMARY_KEYS = ("status", "best_val_acc", "test_acc", "best_step", "trainable_params", "wall_s")
 """The record fields every training run writes into its W&B summary (present ones only)."""

@@ -28,7 +28,6 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import socket
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from urllib.parse import urlparse
 
 from plasticity.components import COLORS, GROUPS, label
+from plasticity.tracking import STEP_METRIC
 
 if TYPE_CHECKING:
     from wandb_workspaces.workspaces import Workspace
@@ -48,17 +48,11 @@ if TYPE_CHECKING:
 __all__ = ["DashboardError", "PanelKey", "build_workspace", "can_reach_wandb", "has_credentials", "load_spec",
            "missing_keys", "offline_reason", "panel_keys", "push", "push_command", "spec_json"]
 
-STEP = "trainer/global_step"
-"""The x-axis of every curve (the optimizer step; :data:`plasticity.tracking.logger.STEP_METRIC`)."""
 GROUP_BY = "component.name"
 DEFAULT_HOST = "https://api.wandb.ai"
 PUSH_TIMEOUT_S = 60.0
 REACH_TIMEOUT_S = 3.0
 OFFLINE_MODES = ("offline", "disabled", "dryrun")
-TAB_HEX = {"tab:blue": "#1f77b4", "tab:orange": "#ff7f0e", "tab:green": "#2ca02c", "tab:red": "#d62728",
-           "tab:purple": "#9467bd", "tab:brown": "#8c564b", "tab:pink": "#e377c2", "tab:gray": "#7f7f7f",
-           "tab:olive": "#bcbd22", "tab:cyan": "#17becf"}
-"""Matplotlib's tab10 colours (:data:`plasticity.components.COLORS`) as the hex W&B takes."""
 
 PanelKey = tuple[str, str]
 """``(kind, key)`` a panel reads: kind ``history`` (a logged metric), ``regex`` (a pattern over
@@ -93,14 +87,15 @@ def build_workspace(project: str, entity: str | None, name: str, dataset: str | 
         A ``wandb_workspaces.workspaces.Workspace``.
     """
     import wandb_workspaces.workspaces as ws
+    from matplotlib.colors import to_hex
 
     groups = tuple(groups)
     return ws.Workspace(
         name=name, entity=entity or "", project=project, sections=_sections(groups),
-        settings=ws.WorkspaceSettings(x_axis=STEP, max_runs=100, group_by_prefix="first"),
+        settings=ws.WorkspaceSettings(x_axis=STEP_METRIC, max_runs=100, group_by_prefix="first"),
         runset_settings=ws.RunsetSettings(
             filters=_filters(dataset, model, group, job_type), groupby=[ws.Config(GROUP_BY)],
-            group_colors={g: TAB_HEX.get(c, c) for g, c in COLORS.items()}))
+            group_colors={g: to_hex(c) for g, c in COLORS.items()}))  # W&B takes hex, not tab:red
 
 
 def _filters(dataset: str | None, model: str | None, group: str | None, job_type: str | None) -> list:
@@ -128,7 +123,7 @@ def _grouped(**kwargs: Any) -> dict[str, Any]:
 def _line(title: str, y: list[str] | None = None, regex: str | None = None, **kwargs: Any):
     import wandb_workspaces.reports.v2 as wr
 
-    return wr.LinePlot(**_grouped(title=title, x=STEP, y=y or [], metric_regex=regex, **kwargs))
+    return wr.LinePlot(**_grouped(title=title, x=STEP_METRIC, y=y or [], metric_regex=regex, **kwargs))
 
 
 def _bars(title: str, metric: Any):
@@ -199,7 +194,9 @@ SECTIONS: tuple[tuple[str, Callable[[tuple[str, ...]], list]], ...] = (
 
 def spec_json(ws: "Workspace") -> str:
     """The workspace as W&B's view JSON (what :func:`load_spec` and :func:`push` read)."""
-    return ws._to_model().model_dump_json(by_alias=True, exclude_none=True)
+    from plasticity.compat import workspace_json
+
+    return workspace_json(ws)
 
 
 def load_spec(path: str | Path) -> "Workspace":
@@ -209,11 +206,12 @@ def load_spec(path: str | Path) -> "Workspace":
         DashboardError: the file is missing or is not a workspace spec; the message names the file.
     """
     from pydantic import ValidationError
-    from wandb_workspaces.workspaces import Workspace, internal
+
+    from plasticity.compat import workspace_from_json
 
     path = Path(path)
     try:
-        return Workspace._from_model(internal.View.model_validate_json(path.read_text()))
+        return workspace_from_json(path.read_text())
     except FileNotFoundError:
         raise DashboardError(f"{path} does not exist. Fix: python launch.py task=dashboard sweep_dir=<sweep dir> "
                              f"writes <sweep dir>/dashboard/workspace.json.") from None
@@ -223,69 +221,38 @@ def load_spec(path: str | Path) -> "Workspace":
 
 
 def panel_keys(ws: "Workspace") -> set[PanelKey]:
-    """Every key the workspace's panels and runset read, as ``(kind, key)`` (see :data:`PanelKey`).
+    """Every key the workspace's panels and runset read, as ``(kind, key)`` (see :data:`PanelKey`),
+    from the objects :func:`build_workspace` made, config keys dotted as runs log them (``a.b``)."""
+    from wandb_workspaces.expr import string_to_filterexpr_list
 
-    Read from the serialised spec (what W&B itself reads), with W&B's nested config spelling
-    ``a.value.b`` turned back into the dotted key ``a.b``.
-    """
-    view = json.loads(spec_json(ws))["spec"]["section"]
-    keys: set[PanelKey] = set()
-    for section in view["panelBankConfig"]["sections"]:
-        for panel in section["panels"]:
-            keys |= _keys_of_panel(panel["viewType"], panel.get("config", {}))
-    for runset in view.get("runSets", []):
-        keys |= {_key_of_filter(k) for k in _filter_keys(runset.get("filters", {}))}
-        keys |= {_key_of_filter(k) for k in runset.get("grouping", [])}
-    return keys
+    keys = {key for section in ws.sections for panel in section.panels for key in _keys_of_panel(panel)}
+    filters = string_to_filterexpr_list(ws.runset_settings.filters)  # the runset keeps them as one expression
+    return keys | {_key(g) for g in ws.runset_settings.groupby} | {_key(f.key) for f in filters}
 
 
-def _keys_of_panel(view_type: str, config: dict) -> set[PanelKey]:
-    if view_type == "Parallel Coordinates Plot":
-        return {_key_of_column(c["accessor"]) for c in config.get("columns", [])}
-    keys = {_key_of_metric(m) for m in config.get("metrics", [])}
-    if config.get("xAxis") and not config["xAxis"].startswith("_"):
-        keys.add(_key_of_metric(config["xAxis"]))
-    if config.get("metricRegex"):
-        keys.add(("regex", config["metricRegex"]))
-    if config.get("groupBy"):
-        keys.add(("config", _config_key(config["groupBy"])))
-    return keys
+def _keys_of_panel(panel: Any) -> set[PanelKey]:
+    """A parallel-coordinates panel's columns; a bar chart's metrics or a line plot's x, y and regex; the grouping."""
+    if hasattr(panel, "columns"):
+        return {_key(c.metric) for c in panel.columns}
+    keys = {_key(m) for m in getattr(panel, "metrics", None) or [panel.x, *panel.y]}
+    if getattr(panel, "metric_regex", None):
+        keys.add(("regex", panel.metric_regex))
+    return keys | {_key(panel.groupby)}
 
 
-def _config_key(name: str) -> str:
-    """``config.a.value.b`` / ``a.value.b`` -> ``a.b``; ``a.value`` -> ``a``."""
-    parts = name.removeprefix("config.").split(".")
-    return ".".join(parts[:1] + parts[2:]) if len(parts) > 1 and parts[1] == "value" else ".".join(parts)
+def _key(metric: Any) -> PanelKey:
+    """A panel's or the runset's metric as ``(kind, key)``: a string is a logged metric; a filter on a run
+    attribute has W&B's name for it (``Group`` -> ``group``); a config key in W&B's nested spelling
+    (``a.value.b``, the runset filters') becomes the dotted key."""
+    import wandb_workspaces.reports.v2 as wr
 
-
-def _key_of_metric(name: str) -> PanelKey:
-    if name.startswith("summary_metrics."):
-        return "summary", name.removeprefix("summary_metrics.")
-    if name.startswith("config."):
-        return "config", _config_key(name)
-    return "history", name
-
-
-def _key_of_column(accessor: str) -> PanelKey:
-    section, _, name = accessor.partition(":")
-    return section, _config_key(name) if section == "config" else name
-
-
-def _filter_keys(node: Any) -> Iterable[dict]:
-    """The ``key`` of every leaf of a filters tree (v2 lists and nested groups)."""
-    if isinstance(node, dict):
-        if "key" in node and "op" in node:
-            yield node["key"]
-        for child in node.get("filters", []):
-            yield from _filter_keys(child)
-    elif isinstance(node, list):
-        for child in node:
-            yield from _filter_keys(child)
-
-
-def _key_of_filter(key: dict) -> PanelKey:
-    section = key["section"]
-    return section, _config_key(key["name"]) if section == "config" else key["name"]
+    if isinstance(metric, str):
+        return "history", metric
+    if isinstance(metric, wr.SummaryMetric):
+        return "summary", metric.name
+    if getattr(metric, "section", "config") == "run":  # only the runset's keys (wandb_workspaces.expr) have one
+        return "run", metric.to_key().name
+    return "config", metric.name.replace(".value.", ".")
 
 
 def missing_keys(keys: Iterable[PanelKey], runs: Iterable["RunFile"]) -> list[str]:

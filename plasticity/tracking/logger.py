@@ -32,13 +32,12 @@ from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
-from plasticity.tracking import SUMMARY_KEYS, wandb_enabled
+from plasticity.tracking import STEP_METRIC, SUMMARY_KEYS, wandb_enabled
 
 __all__ = ["STEP_METRIC", "WandbLogger", "finish", "log_analysis", "open_run", "run_config", "wandb_enabled"]
 
 log = logging.getLogger(__name__)
 
-STEP_METRIC = "trainer/global_step"
 STEPPED = ("train/*", "val/*", "test/*", "grad_norm/*", "plasticity/*", "lr")
 """Metric families plotted against :data:`STEP_METRIC`."""
 OSH_DIR = "~/.wandb_osh_command_dir"
