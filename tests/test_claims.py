@@ -13,7 +13,7 @@ from plasticity.report.collect import read_during_training
 from plasticity.report.paper import PAPER_TABLE6, write_table6_sweep
 from plasticity.report.pretraining import first_match, ranking_rows
 from plasticity.report.summary import pretraining_line
-from plasticity.tracking.report import TABLES
+from plasticity.tracking.report_run import TABLES
 from tests.test_report import read_rows, write_run
 
 GROUPS = ("ln1", "mha", "ln2", "fc1", "fc2")

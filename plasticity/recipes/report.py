@@ -1,5 +1,5 @@
 """``task=report``: the paper's tables and figures from a sweep's records (:mod:`plasticity.report`);
-with ``logger=wandb`` also as one W&B run (:mod:`plasticity.tracking.report`)."""
+with ``logger=wandb`` also as one W&B run (:mod:`plasticity.tracking.report_run`)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ class Report(RecipeBase):
         print(f"report: {result.path} ({result.runs} runs, {result.done} done, {len(result.problems)} problems)")
         headline(result.path.parent)
         if wandb_enabled(self.cfg):
-            from plasticity.tracking.report import log_report
+            from plasticity.tracking.report_run import log_report
 
             log.info("report logged to W&B as run %s", log_report(self.cfg, self.run_dir, self.cfg.sweep_dir))
         return {"report": str(result.path), "sweep_dir": str(self.cfg.sweep_dir), "runs": result.runs,

@@ -5,6 +5,8 @@ the offline path of compute nodes without internet.
   config as a nested dict, the summary, metric definitions, analysis tables and figures);
 - :mod:`~plasticity.tracking.dashboard`: ``task=dashboard``, a W&B workspace built with
   wandb-workspaces (saved online, or written as JSON to push later);
+- :mod:`~plasticity.tracking.report_run`: ``task=report logger=wandb``, the report of a sweep as
+  one W&B run;
 - :mod:`~plasticity.tracking.sync`: one command that uploads every offline run under a sweep
   directory (``wandb sync`` underneath);
 - :mod:`~plasticity.tracking.runfile`: a reader of W&B's own ``run-<id>.wandb`` files.
