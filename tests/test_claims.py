@@ -8,11 +8,12 @@ import pytest
 from scipy import stats
 
 from plasticity.report import write_report
-from plasticity.report.claims import CLAIMS, NO_PLASTICITY, PAPER_RANKING, sweep_claims
+from plasticity.report.claims import CLAIMS, NO_PLASTICITY, PAPER_RANKING
 from plasticity.report.collect import read_during_training
 from plasticity.report.paper import PAPER_TABLE6, write_table6_sweep
 from plasticity.report.pretraining import first_match, ranking_rows
 from plasticity.report.summary import pretraining_line
+from plasticity.report.writer import sweep_claims
 from plasticity.tracking.report_run import TABLES
 from tests.test_report import read_rows, write_run
 

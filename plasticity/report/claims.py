@@ -49,28 +49,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable
 
 import numpy as np
 from scipy import stats
 
 from plasticity.components import GROUPS, label
-from plasticity.report.collect import Problem, collect, group_values, read_metrics
-from plasticity.report.markdown import rows_md
-from plasticity.report.tables import (
-    AVERAGE,
-    Cells,
-    done_cells,
-    group_plasticity,
-    means_by,
-    table1,
-    table6,
-    wilcoxon_p,
-)
+from plasticity.report.tables import AVERAGE, Cells, means_by, table1, wilcoxon_p
 
-__all__ = ["ALPHA", "CLAIMS", "COLUMNS", "ClaimInputs", "PAPER_RANKING", "analysis_plasticity", "claim_inputs",
-           "claims_md", "kendall_distance", "kendall_vs_paper", "sweep_claims", "evaluate_claims", "wilcoxon_exact"]
+__all__ = ["ALPHA", "CLAIMS", "COLUMNS", "ClaimInputs", "PAPER_RANKING", "chosen_runs", "claim_inputs",
+           "evaluate_claims", "kendall_distance", "kendall_vs_paper", "verdict_text", "wilcoxon_exact"]
 
 ALPHA = 0.05
 """Significance level of every test."""
@@ -367,8 +355,6 @@ def evaluate_claims(inputs: ClaimInputs) -> list[dict]:
             + claim_c5(inputs.cells))
 
 
-
-
 # ----------------------------------------------------------------------------------- inputs
 
 
@@ -378,85 +364,41 @@ def chosen_runs(rows: list[dict], cells: Cells) -> dict[tuple[str, str], list[di
             for r in rows if r["dataset"] != AVERAGE and r["group"] in GROUPS}
 
 
-def analysis_plasticity(analysis: list[tuple[Path, dict]], problems: list[Problem]) -> dict[str, dict[str, float]]:
-    """Target -> group -> P(f): the mean over blocks of the ``plasticity.csv`` of its ``task=plasticity``
-    records (pooled over them); corrupt files go to ``problems``."""
-    targets = sorted({r["dataset"] for _, r in analysis})
-    return {t: group_plasticity(group_values(run_dir / "plasticity.csv", "mean", problems=problems)
-                                for run_dir, r in analysis if r["dataset"] == t) for t in targets}
-
-
-def sweep_claims(sweep_dir: str | Path, select: str = "val") -> tuple[list[dict], list[Problem]]:
-    """The rows of ``claims.csv`` for the sweep under ``sweep_dir`` (as :func:`plasticity.report.write_report`
-    computes them, writing nothing) and the files that could not be used."""
-    sweep = collect(sweep_dir)
-    problems = list(sweep.problems)
-    cells = done_cells(sweep.finetune + sweep.probe)
-    rows = table6(cells, select) if cells else []
-    plasticity = analysis_plasticity(sweep.analysis, problems)
-    return evaluate_claims(claim_inputs(rows, cells, plasticity, problems)), problems
-
-
 def claim_inputs(rows: list[dict], cells: Cells, analysis: dict[str, dict[str, float]],
-                 problems: list[Problem]) -> ClaimInputs:
-    """Reads what the claims need: the chosen runs' gradient norms, and P(f) of the targets that
-    ``analysis`` lacks from the first ``plasticity/<group>`` of their chosen runs' metrics.
+                 metrics: dict[tuple[str, str], list[dict]]) -> ClaimInputs:
+    """What the claims are computed from: P(f) of ``analysis`` and, for the targets it lacks, the first
+    ``plasticity/<group>`` of their chosen runs; the chosen runs' mean gradient norms.
 
     Args:
         rows: :func:`~plasticity.report.tables.table6` rows.
         cells: The done records they come from.
-        analysis: Target -> group -> P(f) of the ``task=plasticity`` records (the writer's
-            ``plasticity.csv`` means, :func:`~plasticity.report.tables.group_plasticity`).
-        problems: Receives the metrics files found corrupt (once each).
+        analysis: Target -> group -> P(f) of the ``task=plasticity`` records
+            (:func:`plasticity.report.collect.analysis_plasticity`).
+        metrics: (target, group) -> per chosen run (:func:`chosen_runs`), column -> (steps, values) of
+            ``grad_norm/<group>`` and every ``plasticity/<g>`` (:func:`plasticity.report.collect.claim_metrics`).
     """
     inputs = ClaimInputs(rows=rows, cells=cells)
     for target, found in sorted(analysis.items()):
         if found:
             inputs.plasticity[target], inputs.sources[target] = dict(found), "task=plasticity"
     first: dict[str, dict[str, list[float]]] = {}
-    for (target, group), records in chosen_runs(rows, cells).items():
-        norms = []
-        for record in records:
-            columns = [f"grad_norm/{group}"] + [f"plasticity/{g}" for g in GROUPS]
-            series, bad = read_metrics(record["run_dir"], columns)
-            problems.extend(p for p in bad if p not in problems)
-            if len(series[columns[0]][1]):
-                norms.append(float(np.mean(series[columns[0]][1])))
+    for (target, group), runs in metrics.items():
+        # C4: each run's mean over its logged steps, then the mean over the runs (seeds) below
+        norms = [float(np.mean(s[f"grad_norm/{group}"][1])) for s in runs if len(s[f"grad_norm/{group}"][1])]
+        for series in runs:
             for g in GROUPS:
                 steps, values = series[f"plasticity/{g}"]
-                if len(steps):
+                if len(steps):  # the earliest step: the callback measures every group at step 0, before training
                     first.setdefault(target, {}).setdefault(g, []).append(float(values[np.argmin(steps)]))
         if norms:
             inputs.grad_norms.setdefault(target, {})[group] = float(np.mean(norms))
     for target, groups in first.items():
-        if target not in inputs.plasticity:
+        if target not in inputs.plasticity:  # a task=plasticity record is the paper's measure: it comes first
             inputs.plasticity[target] = {g: float(np.mean(v)) for g, v in groups.items()}
             inputs.sources[target] = "finetuning metrics step 0"
     return inputs
 
 
-# --------------------------------------------------------------------------------- markdown
-
-
 def verdict_text(r: dict) -> str:
     """The verdict, with the reason when not testable."""
     return f"{r['verdict']} ({r['reason']})" if r["reason"] else r["verdict"]
-
-
-def claims_md(rows: list[dict]) -> str:
-    """The Claims section of report.md: the five verdicts, the rules, then every detail row."""
-    heads = [{**r, "verdict": verdict_text(r)} for r in rows if r["level"] == "claim"]
-    details = [{**r, "verdict": verdict_text(r)} for r in rows if r["level"] != "claim"]
-    text = ("## Claims\n\nThe paper's claims tested on this sweep ([claims.csv](claims.csv)); alpha = 0.05, two-sided "
-            "tests. C1, C2, C4: per-target Kendall tau / Spearman rho over the groups, pooled as their mean over "
-            "targets with an exact Wilcoxon signed-rank test against 0 (supported: mean > 0 and p < 0.05; at least "
-            f"{MIN_TARGETS} targets). C3: Table 1 (supported: MHA significantly above FC2, LN2 and LN1 and not "
-            "significantly below FC1). C5: MHA has the smallest spread (std) of test accuracy over the lr x seed "
-            "grid, mean over targets. n: targets, groups or runs, as the statistic says.\n\n"
-            + rows_md(heads, ["claim", "verdict", "value", "p_value", "n", "statistic"]))
-    if details:
-        text += ("\n<details><summary>Per target and per group</summary>\n\n"
-                 + rows_md(details, ["claim", "target", "value", "p_value", "n", "verdict", "statistic"])
-                 + "\n</details>\n")
-    return text
-

@@ -17,10 +17,13 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+from plasticity.components import GROUPS
+from plasticity.report.tables import group_plasticity
 from plasticity.runs.record import RESULT_FILE
 
-__all__ = ["Problem", "Sweep", "check_sweep_dir", "collect", "group_values", "pretrain_dir", "probe_dir",
-           "read_during_training", "read_metric", "read_metrics", "read_record", "record_problem", "result_files"]
+__all__ = ["Problem", "Sweep", "analysis_plasticity", "check_sweep_dir", "claim_metrics", "collect", "group_values",
+           "pretrain_dir", "probe_dir", "read_during_training", "read_metric", "read_metrics", "read_record",
+           "record_problem", "result_files"]
 
 Problem = tuple[str, str]
 """A file that could not be used: ``(path, reason)``."""
@@ -273,6 +276,30 @@ def read_metric(run_dir: str | Path, column: str, problems: list[Problem] | None
     if problems is not None:
         problems.extend(found)
     return series[column]
+
+
+def claim_metrics(chosen: dict[tuple[str, str], list[dict]],
+                  problems: list[Problem]) -> dict[tuple[str, str], list[dict[str, Series]]]:
+    """What the claims read of the chosen runs (:func:`plasticity.report.claims.chosen_runs`): per
+    (target, group), per run, ``grad_norm/<group>`` and every ``plasticity/<g>`` (:func:`read_metrics`);
+    corrupt files go to ``problems`` (once each)."""
+    out: dict[tuple[str, str], list[dict[str, Series]]] = {}
+    for (target, group), records in chosen.items():
+        columns = [f"grad_norm/{group}"] + [f"plasticity/{g}" for g in GROUPS]
+        out[(target, group)] = []
+        for record in records:
+            series, bad = read_metrics(record["run_dir"], columns)
+            problems.extend(p for p in bad if p not in problems)
+            out[(target, group)].append(series)
+    return out
+
+
+def analysis_plasticity(analysis: list[tuple[Path, dict]], problems: list[Problem]) -> dict[str, dict[str, float]]:
+    """Target -> group -> P(f): the mean over blocks of the ``plasticity.csv`` of its ``task=plasticity``
+    records (pooled over them); corrupt files go to ``problems``."""
+    targets = sorted({r["dataset"] for _, r in analysis})
+    return {t: group_plasticity(group_values(run_dir / "plasticity.csv", "mean", problems=problems)
+                                for run_dir, r in analysis if r["dataset"] == t) for t in targets}
 
 
 def group_values(path: str | Path | None, column: str, keep: Callable[[dict], bool] = lambda row: True,

@@ -1,5 +1,5 @@
-"""The markdown of ``report.md``: tables of rows, Table 6, and the sections listing what went wrong
-(runs not done, missing runs, files that could not be used). Pure functions returning text.
+"""The markdown of ``report.md``: tables of rows, Table 6, the Claims section, and the sections listing
+what went wrong (runs not done, missing runs, files that could not be used). Pure functions returning text.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from plasticity.report.claims import ALPHA, MIN_TARGETS, verdict_text
 from plasticity.report.tables import AVERAGE, LINEAR_PROBE, PROBE, column_labels, linear_probe_baseline, ordered_groups
 
 PROBLEMS_HEADING = "## Problems (files that could not be used)"
@@ -83,6 +84,25 @@ def table6_md(rows: list[dict]) -> str:
         body.append(line)
     header = [labels[g] + (f" ({fmt_params(params[g])})" if params.get(g) is not None else "") for g in groups]
     return md_table(["dataset"] + header, body)
+
+
+def claims_md(rows: list[dict]) -> str:
+    """The Claims section of report.md: the five verdicts, the rules, then every detail row
+    (:func:`plasticity.report.claims.evaluate_claims` rows)."""
+    heads = [{**r, "verdict": verdict_text(r)} for r in rows if r["level"] == "claim"]
+    details = [{**r, "verdict": verdict_text(r)} for r in rows if r["level"] != "claim"]
+    text = (f"## Claims\n\nThe paper's claims tested on this sweep ([claims.csv](claims.csv)); alpha = {ALPHA}, "
+            "two-sided tests. C1, C2, C4: per-target Kendall tau / Spearman rho over the groups, pooled as their mean "
+            "over targets with an exact Wilcoxon signed-rank test against 0 (supported: mean > 0 and p < "
+            f"{ALPHA}; at least {MIN_TARGETS} targets). C3: Table 1 (supported: MHA significantly above FC2, LN2 "
+            "and LN1 and not significantly below FC1). C5: MHA has the smallest spread (std) of test accuracy over "
+            "the lr x seed grid, mean over targets. n: targets, groups or runs, as the statistic says.\n\n"
+            + rows_md(heads, ["claim", "verdict", "value", "p_value", "n", "statistic"]))
+    if details:
+        text += ("\n<details><summary>Per target and per group</summary>\n\n"
+                 + rows_md(details, ["claim", "target", "value", "p_value", "n", "verdict", "statistic"])
+                 + "\n</details>\n")
+    return text
 
 
 def not_done_md(runs: list[tuple[Path, dict]]) -> str:

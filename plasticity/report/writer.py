@@ -48,17 +48,19 @@ import numpy as np
 
 from plasticity.report import figures
 from plasticity.report.claims import COLUMNS as CLAIM_COLUMNS
-from plasticity.report.claims import analysis_plasticity, claim_inputs, claims_md, evaluate_claims
+from plasticity.report.claims import chosen_runs, claim_inputs, evaluate_claims
 from plasticity.report.collect import (
     DURING_TRAINING,
     Problem,
     Sweep,
+    analysis_plasticity,
     check_sweep_dir,
+    claim_metrics,
     collect,
     read_during_training,
     read_metrics,
 )
-from plasticity.report.markdown import fmt_params, probe_note, problems_md, rows_md, table6_md
+from plasticity.report.markdown import claims_md, fmt_params, probe_note, problems_md, rows_md, table6_md
 from plasticity.report.pretraining import PAPER_TEXT, RANKING_COLUMNS, ranking_rows, sentence
 from plasticity.report.tables import (
     AVERAGE,
@@ -80,7 +82,7 @@ from plasticity.report.tables import (
 )
 from plasticity.runs.io import write_csv_atomic, write_text_atomic
 
-__all__ = ["ReportError", "ReportResult", "write_report"]
+__all__ = ["ReportError", "ReportResult", "sweep_claims", "write_report"]
 
 IDENTITY_COLUMNS = ("run_dir", "task", "dataset", "model", "component", "optimizer", "lr", "seed", "status")
 """The first columns of ``runs.csv``; the other record fields follow in first-seen order."""
@@ -228,9 +230,28 @@ def _write_results(cells: Cells, rows: list[dict], plasticity: dict[str, dict[st
 def _claims(rows: list[dict], cells: Cells, plasticity: dict[str, dict[str, float]], out: Path,
             problems: list[Problem]) -> str:
     """Writes ``claims.csv``; returns the Claims section (:mod:`plasticity.report.claims`)."""
-    found = evaluate_claims(claim_inputs(rows, cells, plasticity, problems))
+    found = claims_of(rows, cells, plasticity, problems)
     write_csv_atomic(out / "claims.csv", found, CLAIM_COLUMNS)
     return claims_md(found)
+
+
+def claims_of(rows: list[dict], cells: Cells, plasticity: dict[str, dict[str, float]],
+              problems: list[Problem]) -> list[dict]:
+    """The rows of ``claims.csv`` from Table 6 ``rows``, their ``cells``, the analyses' P(f) and the
+    chosen runs' metrics (read here; corrupt files go to ``problems``)."""
+    metrics = claim_metrics(chosen_runs(rows, cells), problems)
+    return evaluate_claims(claim_inputs(rows, cells, plasticity, metrics))
+
+
+def sweep_claims(sweep_dir: str | Path, select: str = "val") -> tuple[list[dict], list[Problem]]:
+    """The rows of ``claims.csv`` for the sweep under ``sweep_dir`` (as :func:`write_report` computes
+    them, writing nothing) and the files that could not be used."""
+    sweep = collect(sweep_dir)
+    problems = list(sweep.problems)
+    cells = done_cells(sweep.finetune + sweep.probe)
+    rows = table6(cells, select) if cells else []
+    plasticity = analysis_plasticity(sweep.analysis, problems)  # before the metrics: problems in write_report's order
+    return claims_of(rows, cells, plasticity, problems), problems
 
 
 def _pretraining(sweep: Sweep, out: Path, problems: list[Problem]) -> list[str]:
