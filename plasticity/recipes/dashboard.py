@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from omegaconf import DictConfig
 
@@ -24,36 +24,26 @@ log = logging.getLogger(__name__)
 ONLINE_CHOICES = ("auto", True, False)
 OUT_DIR = "dashboard"
 SPEC_FILE = "workspace.json"
-SWEEP_DIR_FIX = "Fix: sweep_dir=<a directory with run records, e.g. outputs/finetune/cifar10>."
 TEXT_KEYS = ("entity", "workspace", "dataset", "model", "group")
 """``task`` keys that are null or a non-empty string."""
 
 
 def sweep_problem(sweep_dir: Any) -> str | None:
-    """The problem with ``sweep_dir`` as the dashboard's sweep, or None when it holds runs.
+    """The problem with ``sweep_dir`` as the dashboard's sweep, or None when it holds runs: a
+    ``result.json`` or a W&B run file (:func:`run_paths`)."""
+    from plasticity.report.collect import check_sweep_dir
 
-    A run is a ``result.json`` or a W&B run file outside hidden folders and outside the
-    dashboard's own output folder.
-    """
-    if sweep_dir is None or str(sweep_dir) == "":
-        return f"sweep_dir is not set. {SWEEP_DIR_FIX}"
-    shown, path = f"sweep_dir={str(sweep_dir)!r}", Path(sweep_dir)
-    if path.is_file():
-        return f"{shown} is a file, not a directory. {SWEEP_DIR_FIX}"
-    if not path.is_dir():
-        return f"{shown} does not exist. {SWEEP_DIR_FIX}"
-    if next(run_paths(path), None) is None:
-        return f"{shown} has no runs under it (no result.json, no W&B run file). {SWEEP_DIR_FIX}"
-    return None
+    return check_sweep_dir(sweep_dir, run_paths, "no runs under it (no result.json, no W&B run file)")
 
 
-def run_paths(root: Path) -> Any:
-    """Every ``result.json`` and ``run-*.wandb`` under ``root`` (hidden folders and ``root/dashboard``
-    left out), lazily."""
+def run_paths(root: Path) -> Iterator[Path]:
+    """Every ``result.json`` and ``run-*.wandb`` under ``root``, lazily, outside hidden folders and the
+    dashboard's own output folder ``root/dashboard``."""
+    from plasticity.report.collect import visible_files
+
     for pattern in ("result.json", "run-*.wandb"):
-        for path in root.rglob(pattern):
-            parts = path.relative_to(root).parts[:-1]
-            if parts[:1] != (OUT_DIR,) and not any(p.startswith(".") for p in parts):
+        for path in visible_files(root, pattern):
+            if path.relative_to(root).parts[:-1][:1] != (OUT_DIR,):
                 yield path
 
 

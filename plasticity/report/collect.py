@@ -18,12 +18,12 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 
 from plasticity.components import GROUPS
-from plasticity.report.tables import group_plasticity
+from plasticity.report.tables import block_means
 from plasticity.runs.record import RESULT_FILE
 
 __all__ = ["Problem", "Sweep", "analysis_plasticity", "check_sweep_dir", "claim_metrics", "collect", "group_values",
            "pretrain_dir", "probe_dir", "read_during_training", "read_metric", "read_metrics", "read_record",
-           "record_problem", "result_files"]
+           "record_problem", "visible_files"]
 
 Problem = tuple[str, str]
 """A file that could not be used: ``(path, reason)``."""
@@ -71,21 +71,27 @@ class Sweep:
     probe_dir: Path | None = None
 
 
-def result_files(root: str | Path) -> Iterator[Path]:
-    """Every ``result.json`` under ``root`` outside hidden folders (``.replaced-*``, ``.sweeps``),
-    unsorted (see :func:`plasticity.runs.record.find_results`)."""
+def visible_files(root: str | Path, pattern: str) -> Iterator[Path]:
+    """Every file matching ``pattern`` under ``root``, unsorted, outside hidden folders: ``.replaced-*``
+    archives and the ``.sweeps`` journals hold no current run (see :func:`plasticity.runs.record.find_results`)."""
     root = Path(root)
-    for path in root.rglob(RESULT_FILE):
+    for path in root.rglob(pattern):
         if not any(part.startswith(".") for part in path.relative_to(root).parts[:-1]):
             yield path
 
 
-def check_sweep_dir(path: str | Path | None) -> str | None:
+def check_sweep_dir(path: str | Path | None, runs: Callable[[Path], Iterator[Path]] | None = None,
+                    no_runs: str = f"no {RESULT_FILE} under it (no runs yet?)") -> str | None:
     """The problem with ``path`` as a sweep directory, or None when it is usable.
+
+    Args:
+        path: The ``sweep_dir`` given.
+        runs: The run files under a directory (default: its ``result.json`` files).
+        no_runs: What the message says when there is none.
 
     Returns:
         A message naming the key, the value and the fix when ``path`` is unset, missing, not a
-        directory, or holds no ``result.json``; None otherwise.
+        directory, or holds no run; None otherwise.
     """
     if path is None or str(path) == "":
         return f"sweep_dir is not set. {SWEEP_DIR_FIX}"
@@ -94,8 +100,8 @@ def check_sweep_dir(path: str | Path | None) -> str | None:
         return f"{shown} does not exist. {SWEEP_DIR_FIX}"
     if not path.is_dir():
         return f"{shown} is a file, not a directory. {SWEEP_DIR_FIX}"
-    if next(result_files(path), None) is None:
-        return f"{shown} has no {RESULT_FILE} under it (no runs yet?). {SWEEP_DIR_FIX}"
+    if next(runs(path) if runs else visible_files(path, RESULT_FILE), None) is None:
+        return f"{shown} has {no_runs}. {SWEEP_DIR_FIX}"
     return None
 
 
@@ -204,7 +210,7 @@ def collect(sweep_dir: str | Path, probes: bool = True) -> Sweep:
 def _read(sweep: Sweep, root: Path, tasks: tuple[str, ...]) -> None:
     lists = {"finetune": sweep.finetune, PROBE_TASK: sweep.probe, "plasticity": sweep.analysis,
              PRETRAIN_TASK: sweep.pretrain}
-    for path in sorted(result_files(root)):
+    for path in sorted(visible_files(root, RESULT_FILE)):
         record, problem = read_record(path)
         problem = problem or record_problem(record)
         if problem:
@@ -298,7 +304,7 @@ def analysis_plasticity(analysis: list[tuple[Path, dict]], problems: list[Proble
     """Target -> group -> P(f): the mean over blocks of the ``plasticity.csv`` of its ``task=plasticity``
     records (pooled over them); corrupt files go to ``problems``."""
     targets = sorted({r["dataset"] for _, r in analysis})
-    return {t: group_plasticity(group_values(run_dir / "plasticity.csv", "mean", problems=problems)
+    return {t: block_means(group_values(run_dir / "plasticity.csv", "mean", problems=problems)
                                 for run_dir, r in analysis if r["dataset"] == t) for t in targets}
 
 

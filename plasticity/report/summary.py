@@ -27,13 +27,19 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 from rich.table import Table
 
 from plasticity.components import BOUND_OF, COMPONENTS, GROUPS
-from plasticity.report.collect import DURING_TRAINING, Problem, collect, group_values, read_during_training
+from plasticity.report.collect import (
+    DURING_TRAINING,
+    Problem,
+    collect,
+    group_values,
+    read_during_training,
+    visible_files,
+)
 from plasticity.report.pretraining import ranking_rows, sentence
-from plasticity.report.tables import best_per_component, done_cells
+from plasticity.report.tables import best_per_component, block_means, done_cells
 from plasticity.runs.io import read_json
 
 RULE = ("lr chosen by the best mean validation accuracy over seeds (as the report's Table 6, select=val); "
@@ -45,14 +51,13 @@ COLUMNS = ("component", "trainable params", "lr", "seeds", "best val acc %", "te
 def group_means(path: Path | None, column: str, keep: Callable[[dict], bool] = lambda row: True,
                 problems: list[Problem] | None = None) -> dict[str, float]:
     """Mean of ``column`` over blocks per group, from a per-(group, block) CSV (empty if none)."""
-    return {g: float(np.mean(v)) for g, v in group_values(path, column, keep, problems).items()}
+    return block_means([group_values(path, column, keep, problems)])
 
 
 def latest(root: Path, name: str, within: str | None = None) -> Path | None:
     """The newest file called ``name`` under ``root`` outside hidden folders (and, with ``within``,
     below a folder of that name, e.g. a model's), or None."""
-    found = [p for p in root.rglob(name) if not any(s.startswith(".") for s in p.relative_to(root).parts[:-1])
-             and (within is None or within in p.relative_to(root).parts[:-1])]
+    found = [p for p in visible_files(root, name) if within is None or within in p.relative_to(root).parts[:-1]]
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 

@@ -350,11 +350,12 @@ def missing_runs(runs: list[tuple[Path, dict]]) -> list[dict]:
     return out
 
 
-def group_plasticity(per_run: Iterable[dict[str, list[float]]]) -> dict[str, float]:
-    """Mean plasticity per group, pooled over the blocks of several analysis runs.
+def block_means(per_run: Iterable[dict[str, list[float]]]) -> dict[str, float]:
+    """Mean per group of per-block values pooled over several runs: P(f) over the blocks of analysis
+    runs, a bound over the blocks of one run.
 
     Args:
-        per_run: Per run, group -> its per-block means (``plasticity.csv``'s ``mean`` column, as
+        per_run: Per run, group -> its per-block values (e.g. ``plasticity.csv``'s ``mean`` column, as
             :func:`plasticity.report.collect.group_values` reads it).
     """
     values: dict[str, list[float]] = defaultdict(list)
@@ -370,7 +371,7 @@ def plasticity_vs_accuracy(rows: list[dict], plasticity: dict[str, dict[str, flo
 
     Args:
         rows: :func:`table6` rows.
-        plasticity: Dataset -> group -> mean plasticity (:func:`group_plasticity`).
+        plasticity: Dataset -> group -> mean plasticity (:func:`block_means`).
     """
     means = means_by(rows)
     out = []
