@@ -19,6 +19,7 @@ import numpy as np
 
 from plasticity.components import GROUPS
 from plasticity.report.tables import block_means
+from plasticity.runs.checkpoints import METRICS_FILE, METRICS_PARTS
 from plasticity.runs.record import RESULT_FILE
 
 __all__ = ["Problem", "Sweep", "analysis_plasticity", "check_sweep_dir", "claim_metrics", "collect", "group_values",
@@ -164,26 +165,26 @@ def _finetune_problem(record: dict) -> str | None:
 
 def probe_dir(sweep_dir: str | Path) -> Path | None:
     """Where the linear probes of a finetuning sweep live: ``<out>/finetune/<rest>`` ->
-    ``<out>/linear_probe/<rest>`` (the last ``finetune`` folder of the path), when that folder
-    exists; None otherwise (a sweep directory above ``finetune``, e.g. ``outputs``, holds both)."""
-    parts = Path(sweep_dir).parts
-    if "finetune" not in parts:
-        return None
-    i = len(parts) - 1 - parts[::-1].index("finetune")
-    sibling = Path(*parts[:i], PROBE_TASK, *parts[i + 1:])
-    return sibling if sibling.is_dir() else None
+    ``<out>/linear_probe/<rest>``, when that folder exists (see :func:`_beside_finetune`)."""
+    return _beside_finetune(sweep_dir, lambda rest: Path(PROBE_TASK, *rest))
 
 
 def pretrain_dir(sweep_dir: str | Path) -> Path | None:
     """Where the pretraining runs of a finetuning sweep live: ``<out>/finetune/<rest>`` ->
     ``<out>/pretrain`` (all of it: the pretraining dataset is not the target's), when that folder
-    exists; None otherwise (a sweep directory above ``finetune``, e.g. ``outputs``, holds both)."""
+    exists (see :func:`_beside_finetune`)."""
+    return _beside_finetune(sweep_dir, lambda rest: Path(PRETRAIN_TASK))
+
+
+def _beside_finetune(sweep_dir: str | Path, sibling: Callable[[tuple[str, ...]], Path]) -> Path | None:
+    """``<out>/<sibling(rest)>`` for a sweep ``<out>/finetune/<rest>`` (its last ``finetune`` folder), when it
+    is a folder; None otherwise (a sweep directory above ``finetune``, e.g. ``outputs``, holds both)."""
     parts = Path(sweep_dir).parts
     if "finetune" not in parts:
         return None
     i = len(parts) - 1 - parts[::-1].index("finetune")
-    sibling = Path(*parts[:i], PRETRAIN_TASK)
-    return sibling if sibling.is_dir() else None
+    path = Path(*parts[:i]) / sibling(parts[i + 1:])
+    return path if path.is_dir() else None
 
 
 def collect(sweep_dir: str | Path, probes: bool = True) -> Sweep:
@@ -261,7 +262,7 @@ def read_metrics(run_dir: str | Path, columns: Iterable[str]) -> tuple[dict[str,
     run_dir = Path(run_dir)
     series: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in columns}
     problems: list[Problem] = []
-    for path in sorted(run_dir.glob("metrics.part*.csv")) + [run_dir / "metrics.csv"]:
+    for path in sorted(run_dir.glob(METRICS_PARTS)) + [run_dir / METRICS_FILE]:  # the interrupted parts, then the last
         if not path.is_file():
             continue
         try:
