@@ -26,6 +26,7 @@ from plasticity.bounds import (
 )
 from plasticity.components import GROUPS
 from plasticity.report.figures import plot_bounds
+from tests.test_report import assert_figure
 
 
 def rates(f, x, y):
@@ -244,3 +245,4 @@ def test_block_bounds_and_plot(micro_vit, tmp_path):
     path = tmp_path / "fig" / "bounds.png"
     plot_bounds(rows, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 5000
+    assert_figure(path, ("tab:blue", "tab:red", "tab:cyan", "tab:orange", "tab:green"))  # every group's bounds

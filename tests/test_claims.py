@@ -15,7 +15,7 @@ from plasticity.report.pretraining import first_match, ranking_rows
 from plasticity.report.summary import pretraining_line
 from plasticity.report.writer import sweep_claims
 from plasticity.tracking.report_run import TABLES
-from tests.test_report import read_rows, write_run
+from tests.test_report import assert_figure, read_rows, write_run
 
 GROUPS = ("ln1", "mha", "ln2", "fc1", "fc2")
 TARGETS = tuple(f"t{i}" for i in range(6))
@@ -383,6 +383,8 @@ def test_pretraining_section_figure_csv_and_summary(tmp_path):
         ("0", "7", "False"), ("100", "2", "False"), ("200", "0", "True"), ("300", "1", "False")]
     assert {r["run"] for r in rows} == {str(tmp_path / "pretrain" / "fm" / "m" / "all" / "adamw_lr_0.003" / "seed_0")}
     assert (out / "plasticity_during_pretraining.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_figure(out / "plasticity_during_pretraining.png",  # a curve per group, in the paper's colours
+                  ("tab:blue", "tab:red", "tab:cyan", "tab:orange", "tab:green"))
     text = result.path.read_text()
     section = text[text.index("## Plasticity through pretraining"):]
     assert "first matches the paper's MHA > FC1 > FC2 > LN2 > LN1 at step 200" in section

@@ -162,6 +162,20 @@ def table6_of(out):
     return {(r["dataset"], r["group"]): r for r in read_rows(out / "table6.csv")}
 
 
+def assert_figure(path, colors=(), min_px=(200, 300)):
+    """The PNG read back by matplotlib is a drawn figure: at least ``min_px`` (height, width) pixels, not a blank
+    canvas, and showing each of ``colors`` (e.g. the paper's colour of a group it plots); returns its pixels."""
+    from matplotlib.colors import to_rgb
+    from matplotlib.image import imread
+
+    pixels = imread(path)[..., :3]
+    assert pixels.shape[0] >= min_px[0] and pixels.shape[1] >= min_px[1], (path, pixels.shape)
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 50, f"{path} is nearly blank"
+    for color in colors:  # a pixel of exactly that colour (to 1/100): a bar, a marker or the middle of a line
+        assert (np.abs(pixels - to_rgb(color)).max(axis=-1) < 0.01).any(), f"{path} shows nothing in {color}"
+    return pixels
+
+
 @pytest.mark.parametrize("select", ["val", "test"])
 def test_table6_matches_hand_computation(sweep, select):
     root, acc, *_ = sweep
@@ -233,6 +247,12 @@ def test_figures_and_curves_from_sparse_metrics(sweep):
     for name in ("relative_gain.png", "accuracy.png", "spread.png", "curves_d0.png"):
         assert (out / name).stat().st_size > 1000
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    paper = ("tab:blue", "tab:red", "tab:orange")  # ln1, mha, fc1 in the paper's colours: one bar each
+    assert_figure(out / "relative_gain.png", paper)
+    assert_figure(out / "accuracy.png", paper)
+    spread = assert_figure(out / "spread.png")
+    assert spread.shape[1] > 2 * spread.shape[0]  # one panel per dataset, side by side
+    assert_figure(out / "curves_d0.png", ("tab:red", "tab:orange"))  # mha's and fc1's curves
     assert not (out / "curves_d1.png").exists()  # no metrics.csv for d1: skipped silently
     assert "curves_d0.png" in (out / "report.md").read_text()
     run = run_path(root, "d0", "mha", 0.01, 0)
@@ -274,6 +294,7 @@ def test_nested_dataset_names_give_flat_figure_files(tmp_path):
         write_run(tmp_path, "c/snow", g, 0.01, 0, record, metrics_csv(g))
     out = write_report(tmp_path).path.parent
     assert (out / "curves_c-snow.png").stat().st_size > 0 and not (out / "curves_c").exists()
+    assert_figure(out / "curves_c-snow.png", ("tab:red", "tab:blue"))  # mha's and ln1's curves
 
 
 def problems_section(text: str) -> str:

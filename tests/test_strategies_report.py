@@ -13,6 +13,7 @@ from plasticity.report.collect import collect, probe_dir
 from plasticity.report.markdown import fmt_params
 from plasticity.report.tables import done_cells, pareto_front, strategy_label, record_strategy, table6, tag_strategy
 from plasticity.report.writer import curves
+from tests.test_report import assert_figure
 
 DATASETS = ("d0", "c/snow")
 LRS = (0.01, 0.1)
@@ -213,11 +214,13 @@ def test_pareto_figures_are_written_and_listed(with_probe):
     report = (out / "report.md").read_text()
     for name in ("pareto_d0.png", "pareto_c-snow.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / name).stat().st_size > 1000
+        assert_figure(out / name, ("tab:blue", "tab:red", "tab:olive"))  # ln1, mha and the combination's points
         assert f"({name})" in report
     assert not (out / "pareto_c").exists()
     assert "[strategies.csv](strategies.csv)" in report
     for name in ("relative_gain.png", "accuracy.png", "spread.png"):
         assert (out / name).stat().st_size > 1000
+        assert_figure(out / name)
 
 
 def test_a_finetune_sweep_reads_the_probes_beside_it(with_probe):
@@ -293,6 +296,7 @@ def test_curves_of_a_combination_and_of_auto_combine_their_groups_gradient_norms
     assert got["mha+fc1"]["val_loss"][1].tolist() == [1.5] and got["mha+fc1"]["label"] == "MHA+FC1"
     assert got["auto"]["grad_norm"][1].tolist() == [2.0] and got["mha"]["grad_norm"][0].size == 0
     assert (write_report(tmp_path).path.parent / "curves_d0.png").stat().st_size > 1000
+    assert_figure(tmp_path / "report" / "curves_d0.png", ("tab:olive", "goldenrod"))  # the combination's, auto's
 
 
 def test_summary_lists_the_other_configurations_after_the_groups(with_probe):
