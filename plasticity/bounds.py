@@ -220,7 +220,8 @@ class TokenStats:
             raise ValueError(f"sequence length changed from {self._n} to {tokens.shape[1]}")
         x = tokens.detach().to(torch.float64)
         sq_norms = x.pow(2).sum(-1)
-        stds = x.std(-1, correction=0)
+        stds = x.std(-1, correction=0)  # biased, as LayerNorm normalises: Prop. 1's sigma
+        # Prop. 4's E: the energy of the image the model sees (normalised), not of the raw pixels
         energies = images.detach().to(device=x.device, dtype=torch.float64).pow(2).flatten(1).sum(1)
         batch = (sq_norms.sum(), sq_norms.max(), stds.min(), energies.max())
         if self._n is None:
@@ -316,8 +317,8 @@ def block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
         values = {
             "ln1": {"prop1": ln_bound(module("ln1"), stats.sigma)},
             "mha": {
-                "prop3_rms": mha_bound(heads, n, stats.r_rms),
-                "prop3_max": mha_bound(heads, n, stats.r_max),
+                "prop3_rms": mha_bound(heads, n, stats.r_rms),  # the paper's Fig. 6 radius: not a strict bound
+                "prop3_max": mha_bound(heads, n, stats.r_max),  # every token seen lies in B_r: strict on this data
                 "prop4": mha_bound_embedding(heads, n, alpha, stats.energy),
             },
             "ln2": {"prop1": ln_bound(module("ln2"), stats.sigma)},

@@ -143,6 +143,7 @@ class RunningStats:
         m2_b = (torch.where(valid, rates - mean_b[:, None], torch.zeros_like(rates)) ** 2).sum(dim=1)
         total = self.count + n_b
         delta = mean_b - self.mean
+        # Chan et al.'s merge of two (count, mean, M2) summaries: stable whatever the batch sizes
         self.mean = self.mean + delta * n_b / total.clamp_min(1)
         self.m2 = self.m2 + m2_b + delta**2 * self.count * n_b / total.clamp_min(1)
         self.count = total
@@ -266,7 +267,7 @@ def stat_keys(model: nn.Module, groups: tuple[str, ...] = GROUPS) -> list[tuple[
 def embedding_rates(model: nn.Module, images: torch.Tensor, groups: tuple[str, ...] = GROUPS) -> torch.Tensor:
     """``(K, B)`` rates of every (group, block) on embedding tokens of a 2B batch (x first, y second)."""
     tokens = embed_tokens(model, images)
-    den = pair_distances(tokens)
+    den = pair_distances(tokens)  # every module's denominator: the token matrices' distance (App. C.4)
     return torch.stack([pair_rates(apply_module(block, g, tokens), input_distances=den)
                         for g in groups for block in model.blocks])
 
@@ -284,7 +285,7 @@ class LayerHooks:
 
     def _hook(self, key: tuple[str, int]) -> Callable:
         def hook(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
-            self.rates[key] = pair_rates(output, inputs[0])
+            self.rates[key] = pair_rates(output, inputs[0])  # layer mode: over the module's own input distance
 
         return hook
 

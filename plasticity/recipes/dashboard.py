@@ -105,6 +105,7 @@ class Dashboard(RecipeBase):
         from plasticity.tracking import dashboard as dash
 
         task, sweep = self.cfg.task, Path(self.cfg.sweep_dir)
+        # unset: the sweep's one dataset (model) when all its runs share it, else every dataset
         filters = {key: task.get(key) or self.only_value(sweep, key) for key in ("dataset", "model")}
         name = task.workspace or "paper panels: " + "/".join(sweep.resolve().parts[-2:])
         ws = dash.build_workspace(task.project, task.entity, name, group=task.group, **filters)

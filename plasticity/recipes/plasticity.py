@@ -81,7 +81,7 @@ class Plasticity(AnalysisRecipe):
         self.check_distinct(rows)
         depth = len(net.blocks)
         for row in rows:
-            row.update(depth_pct=100.0 * row["block"] / max(depth - 1, 1), mode=task.mode)
+            row.update(depth_pct=100.0 * row["block"] / max(depth - 1, 1), mode=task.mode)  # Fig. 3: 0 % to 100 %
         write_csv_atomic(self.run_dir / "plasticity.csv", rows, CSV_COLUMNS)
         order = ranking(rows)
         summary = {
@@ -90,7 +90,7 @@ class Plasticity(AnalysisRecipe):
             "ranking": [{"group": g, "mean": m} for g, m in order],
         }
         write_json_atomic(self.run_dir / "plasticity.json", summary)
-        if saved:
+        if saved:  # atomically, as every file of a run: a reader never sees half an array
             with atomic_path(self.run_dir / "rates.npy") as tmp:
                 np.save(tmp, np.concatenate(saved, axis=1))
         plot_distribution(stats, self.run_dir / "plasticity_distribution.png", title=self._title())

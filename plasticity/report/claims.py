@@ -61,11 +61,11 @@ __all__ = ["ALPHA", "CLAIMS", "COLUMNS", "ClaimInputs", "PAPER_RANKING", "chosen
            "evaluate_claims", "kendall_distance", "kendall_vs_paper", "verdict_text", "wilcoxon_exact"]
 
 ALPHA = 0.05
-"""Significance level of every test."""
+"""Significance level of every test: the paper's (Table 1 marks p < 0.05)."""
 MIN_TARGETS = 6
 """Fewest targets with which a two-sided exact Wilcoxon test can reach p < :data:`ALPHA` (2 / 2**6)."""
 MIN_GROUPS = 3
-"""Fewest groups a per-target correlation needs."""
+"""Fewest groups a per-target correlation needs: over 2 a rank correlation is always +1 or -1."""
 PAPER_RANKING = ("mha", "fc1", "fc2", "ln2", "ln1")
 """The paper's plasticity ranking (Sec. 5.1), most plastic first."""
 SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable"
@@ -117,6 +117,7 @@ def kendall_vs_paper(values: dict[str, float]) -> tuple[float, float, int]:
     groups = [g for g in PAPER_RANKING if g in values]
     if len(groups) < 2:
         return float("nan"), float("nan"), len(groups)
+    # tau-b (scipy's default) corrects for tied P(f); its p is exact for so few groups without ties
     res = stats.kendalltau([values[g] for g in groups], [paper_score(g) for g in groups])
     return float(res.statistic), float(res.pvalue), len(groups)
 
@@ -138,12 +139,13 @@ def wilcoxon_exact(x: Iterable[float]) -> float:
     approximation beyond :data:`~plasticity.report.tables.EXACT_MAX_N` values); NaN when fewer than
     2 values or all are zero."""
     x = np.asarray(list(x), dtype=float)
+    # exact, not the normal approximation: a sweep has few targets (the paper 11), too few for it
     return wilcoxon_p(x, np.zeros_like(x))
 
 
 def spearman(x: list[float], y: list[float]) -> tuple[float, float]:
     """Spearman rho and its p (NaN for a constant input)."""
-    if len(set(x)) < 2 or len(set(y)) < 2:
+    if len(set(x)) < 2 or len(set(y)) < 2:  # rho is undefined (scipy would warn and return NaN)
         return float("nan"), float("nan")
     res = stats.spearmanr(x, y)
     return float(res.statistic), float(res.pvalue)

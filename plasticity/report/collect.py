@@ -235,7 +235,7 @@ def _rows(path: Path) -> Iterator[tuple[int, dict]]:
         if reader.fieldnames is None:
             raise ValueError("empty file")
         for row in reader:
-            if None in row or None in row.values():
+            if None in row or None in row.values():  # DictReader: a long row has a None key, a short one None values
                 raise ValueError(f"line {reader.line_num}: field count differs from the header's (truncated?)")
             yield reader.line_num, row
 

@@ -202,7 +202,7 @@ def choose_lr(cells: Cells, dataset: str, group: str, select: str) -> float:
     if len(lrs) == 1:  # nothing to choose (the probe's single cell)
         return lrs[0]
     score = {lr: np.mean([r[key] for r in cells[(dataset, group, lr)]]) for lr in lrs}
-    return max(lrs, key=lambda lr: score[lr])
+    return max(lrs, key=lambda lr: score[lr])  # max keeps the first of equal scores: the smallest rate
 
 
 def best_per_component(cells: Cells, dataset: str, select: str = "val") -> dict[str, dict]:

@@ -150,6 +150,7 @@ def write_report(sweep_dir: str | Path, select: str = "val", out_dir: str | Path
     body += _pretraining(sweep, out, problems)
     body.append(problems_md(runs, missing_runs(runs), problems))
     done = sum(r.get("status") == "done" for _, r in runs)
+    # last and atomically: report.md appears once every file it links to is written
     write_text_atomic(out / "report.md", "\n".join([header_md(sweep, done, select, problems, optimizer)] + body))
     return ReportResult(out / "report.md", len(runs), done, problems)
 

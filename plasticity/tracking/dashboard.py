@@ -104,7 +104,7 @@ def _filters(dataset: str | None, model: str | None, group: str | None, job_type
 
     wanted = [(ws.Config("dataset.value.name"), dataset), (ws.Config("model.value.name"), model),
               (ws.Metric("Group"), group), (ws.Metric("JobType"), job_type)]
-    return [key == value for key, value in wanted if value not in (None, "")]
+    return [key == value for key, value in wanted if value not in (None, "")]  # unset: no filter
 
 
 def _sections(groups: tuple[str, ...]) -> list:
@@ -316,7 +316,7 @@ def offline_reason(timeout_s: float = REACH_TIMEOUT_S) -> str | None:
     port = url.port or (443 if url.scheme == "https" else 80)
     connect = lambda: socket.create_connection((url.hostname, port), timeout=timeout_s).close()  # noqa: E731
     try:
-        _bounded(connect, timeout_s + 0.5, "connect")
+        _bounded(connect, timeout_s + 0.5, "connect")  # the socket's timeout does not bound the name lookup
     except Exception as err:
         return f"{url.hostname}:{port} cannot be reached ({type(err).__name__})"
     return None
@@ -337,6 +337,7 @@ def _bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
         except BaseException as err:  # handed to the caller
             out["error"] = err
 
+    # daemon: a call that never returns (a hung connection) does not keep the process alive
     thread = threading.Thread(target=target, name=f"dashboard-{what}", daemon=True)
     thread.start()
     thread.join(timeout_s)
@@ -384,7 +385,7 @@ def push(spec_path: str | Path, entity: str | None = None, timeout_s: float = PU
         raise DashboardError(f"W&B did not save the workspace of {spec_path}: {type(err).__name__}: {err}. Fix: "
                              f"check the entity {ws.entity!r} and project {ws.project!r} (and your access to "
                              f"them), {again}") from None
-    write_text_atomic(spec_path, spec_json(ws))
+    write_text_atomic(spec_path, spec_json(ws))  # now with the view's id: pushing again updates that view
     return url
 
 

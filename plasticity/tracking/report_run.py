@@ -1,11 +1,11 @@
 """``task=report logger=wandb``: the report of a sweep as one W&B run.
 
-The run (job type ``report``) has the claims (C1..C5), Table 6, Table 1, the relative gain, the strategies,
-plasticity against accuracy and, when present, the ranking through pretraining as ``wandb.Table``s, every figure of the report as a ``wandb.Image``,
-and ``runs.csv`` as an artifact (type ``runs``). Its group is the sweep's: the ``<dataset>/<model>``
-group its runs share (the sweep directory's name when they span several), so W&B shows the report
-beside the runs it summarises. Its id comes from the sweep directory: a rebuilt report updates the
-same W&B run.
+The run (job type ``report``) has the claims (C1..C5), Table 6, Table 1, the relative gain, the
+strategies, plasticity against accuracy and, when present, the ranking through pretraining as
+``wandb.Table``s, every figure of the report as a ``wandb.Image``, and ``runs.csv`` as an artifact
+(type ``runs``). Its group is the sweep's: the ``<dataset>/<model>`` group its runs share (the sweep
+directory's name when they span several), so W&B shows the report beside the runs it summarises.
+Its id comes from the sweep directory: a rebuilt report updates the same W&B run.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _number(text: str) -> Any:
 
 def report_group(runs: list[dict[str, Any]], sweep_dir: Path) -> str:
     """The W&B group of the sweep's runs: their shared ``<dataset>/<model>``, else the sweep's name."""
-    groups = {f"{r.get('dataset')}/{r.get('model')}" for r in runs}
+    groups = {f"{r.get('dataset')}/{r.get('model')}" for r in runs}  # logger.wandb.group in conf/logger/wandb.yaml
     return groups.pop() if len(groups) == 1 else sweep_dir.resolve().name
 
 
@@ -58,7 +58,7 @@ def log_report(cfg: DictConfig, report_dir: str | Path, sweep_dir: str | Path) -
 
     report_dir, sweep_dir = Path(report_dir), Path(sweep_dir)
     runs = read_rows(report_dir / "runs.csv")
-    key = f"report:{sweep_dir.resolve()}"
+    key = f"report:{sweep_dir.resolve()}"  # one W&B run per sweep: a rebuilt report updates it
     run = open_run(cfg, {"task": "report", "sweep_dir": str(sweep_dir.resolve())}, report_dir,
                    job_type="report", group=report_group(runs, sweep_dir), id=run_id(key),
                    name=f"report/{sweep_dir.resolve().name}", tags=["report"])

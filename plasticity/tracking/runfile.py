@@ -157,4 +157,4 @@ def run_files(root: str | Path) -> list[Path]:
     """Every run file under ``root`` in start order (hidden folders, e.g. replaced runs, skipped)."""
     found = [p for p in Path(root).rglob("run-*.wandb")
              if not any(part.startswith(".") for part in p.relative_to(root).parts[:-1])]
-    return sorted(found, key=lambda p: (p.parent.name.split("-")[-2], str(p)))
+    return sorted(found, key=lambda p: (p.parent.name.split("-")[-2], str(p)))  # <run|offline-run>-<start>-<id>

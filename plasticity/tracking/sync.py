@@ -9,8 +9,8 @@ Runs log offline by default (compute nodes often have no internet). From a machi
 A run resumed after a requeue has one ``offline-run-*`` folder per part, all with the run's id;
 ``wandb sync`` uploads the parts of one run in start order. Folders ``wandb sync`` already marked as
 synced are skipped (``--all`` includes them), and so are folders whose run file holds nothing
-(a process killed with SIGKILL before W&B wrote; its metrics stay in ``metrics.part<k>.csv``); replaced runs (hidden ``.<dir>.replaced-*`` folders)
-are never synced. While jobs run, ``logger.wandb.osh=true`` with ``wandb-osh`` on a login node syncs
+(a process killed with SIGKILL before W&B wrote; its metrics stay in ``metrics.part<k>.csv``);
+replaced runs (hidden ``.<dir>.replaced-*`` folders) are never synced. While jobs run, ``logger.wandb.osh=true`` with ``wandb-osh`` on a login node syncs
 them as they go (README "W&B").
 """
 
@@ -38,7 +38,7 @@ def offline_runs(sweep_dir: str | Path, include_synced: bool = False) -> list[Pa
         synced = any(path.glob("run-*.wandb.synced"))
         if (include_synced or not synced) and not _empty(path):
             found.append(path)
-    return sorted(found, key=lambda p: (p.name.split("-")[2], str(p)))
+    return sorted(found, key=lambda p: (p.name.split("-")[2], str(p)))  # offline-run-<start time>-<id>
 
 
 def _empty(folder: Path) -> bool:
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run and os.environ.get("WANDB_MODE") in ("offline", "disabled"):
         print("note: WANDB_MODE is set to offline here; wandb sync ignores it and uploads.")
     cmd = sync_command(paths, args.entity, args.project, args.dry_run, args.all)
-    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}  # the child uploads, whatever the mode here
     return subprocess.run(cmd, env=env).returncode
 
 
