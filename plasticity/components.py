@@ -231,12 +231,6 @@ def parse_component(component: str) -> tuple[str, ...]:
     return parts
 
 
-def check_component(component: str) -> None:
-    """Raises ValueError naming the choices when ``component`` is neither one of :data:`COMPONENTS`,
-    ``auto``, nor a ``+``-joined combination of :data:`COMBINABLE` groups."""
-    parse_component(component)
-
-
 def check_blocks(blocks, depth: int | None = None) -> None:
     """``component.blocks``: null (every block) or distinct block indices (below ``depth`` if known).
 
@@ -436,7 +430,7 @@ def check_strategy(cfg: Any, p: Problems) -> None:
     """``component.name`` (a group, ``+``-joined groups or ``auto``), ``component.blocks``,
     ``component.lr_scale``, ``component.auto`` and the adapter."""
     component = cfg.component
-    if not p.check(check_component, component.name):
+    if not p.check(parse_component, component.name):  # raises naming the choices
         return
     parts = parse_component(component.name)
     blocks = component.blocks

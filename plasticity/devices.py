@@ -1,8 +1,8 @@
 """Where a run computes and in which precision: ``auto`` means the same thing in every task.
 
 ``device: auto`` is CUDA when there is one, else the CPU; ``precision: auto`` is bf16-mixed when
-the run computes on CUDA, else 32-true. Finetuning (Lightning's ``trainer.precision``), the linear
-probe and the analyses (``task.precision``) all resolve them here.
+the run computes on CUDA, else 32-true. Finetuning (``trainer.precision``), the linear probe and
+the analyses (``task.precision``, ``task.device``) all resolve them here.
 """
 
 from __future__ import annotations
@@ -26,12 +26,7 @@ def device(name: str) -> "torch.device":
 
 
 def precision(value: Any, on_cuda: bool) -> str:
-    """A precision setting with ``auto`` resolved: bf16-mixed when the run computes on CUDA, else 32-true.
-
-    Args:
-        value: ``trainer.precision`` or ``task.precision`` (``auto``, ``32-true``, ``bf16-mixed``, ...).
-        on_cuda: Whether the run computes on a CUDA device.
-    """
+    """``trainer.precision`` or ``task.precision`` with ``auto`` resolved for a run on CUDA or not."""
     value = str(value)
     if value != "auto":
         return value
@@ -39,7 +34,7 @@ def precision(value: Any, on_cuda: bool) -> str:
 
 
 def trainer_on_cuda(trainer: Any) -> bool:
-    """Whether a Lightning trainer config computes on CUDA: CUDA exists and the accelerator may use it."""
+    """Whether a ``trainer`` config computes on CUDA: CUDA exists and the accelerator may use it."""
     import torch
 
     return torch.cuda.is_available() and trainer.accelerator in ("auto", "gpu", "cuda")
@@ -55,13 +50,8 @@ def autocast(precision: str, on: "torch.device") -> ContextManager:
 
 
 def check_device(value: Any, p: "Problems", local: bool) -> None:
-    """``auto``, ``cpu``, ``cuda`` or ``cuda:<i>``; CUDA must exist when the job runs here.
-
-    Args:
-        value: ``task.device``.
-        p: Receives the problems.
-        local: The job runs on this machine (a SLURM launch checks CUDA on the node).
-    """
+    """``task.device``: ``auto``, ``cpu``, ``cuda`` or ``cuda:<i>``; CUDA must exist when the job
+    runs here (``local``; a SLURM launch checks it on the node)."""
     name = str(value)
     ok = name in ("auto", "cpu", "cuda") or (name.startswith("cuda:") and name[5:].isdigit())
     if not p.require(ok, f"task.device={value!r}; choices: auto, cpu, cuda, cuda:<index>. "

@@ -1,11 +1,7 @@
-"""A training run's checkpoints and metric files: what is saved where, and what an interrupted run resumes from.
-
-A training run directory holds ``checkpoints/best.ckpt`` (the best validation accuracy so far: the
-test runs on it), ``checkpoints/last.ckpt`` (the latest validation: an interrupted run resumes from
-it), ``metrics.csv`` (Lightning's CSV logger) and, after ``task=pretrain`` or a LoRA run with
-``task.export_merged``, ``weights.safetensors``. A resumed run's logger starts a new
-``metrics.csv``; what the interrupted part logged is kept as ``metrics.part<k>.csv`` (k = 0, 1, ...
-in resume order).
+"""A training run's files: ``checkpoints/best.ckpt`` (the best validation accuracy: the test runs on
+it), ``checkpoints/last.ckpt`` (the latest validation: an interrupted run resumes from it),
+``metrics.csv`` (Lightning's CSV logger; a resumed run keeps the interrupted parts' as
+``metrics.part<k>.csv``, k = 0, 1, ... in resume order) and the exported ``weights.safetensors``.
 """
 
 from __future__ import annotations
