@@ -42,10 +42,7 @@ HIST_BINS = 800  # 0.01 decades a bin: quantiles within 2.3 %
 
 
 class _Tokens(Exception):
-    """Carries the embedding tokens out of the forward pass it stops (nothing after them is computed)."""
-
-    def __init__(self, tokens: torch.Tensor) -> None:
-        self.tokens = tokens
+    """Carries the embedding tokens (``args[0]``) out of the forward pass it stops: no block runs."""
 
 
 def _stop_with_tokens(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
@@ -64,7 +61,7 @@ def embed_tokens(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     try:
         model.forward_features(images)
     except _Tokens as found:
-        return found.tokens
+        return found.args[0]
     finally:
         handle.remove()
     raise RuntimeError(f"{type(model).__name__}.forward_features never ran norm_pre")

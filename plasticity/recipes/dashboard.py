@@ -8,7 +8,6 @@ the sweep's W&B run files logs gets a warning.
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any, Iterator
@@ -49,15 +48,12 @@ def run_paths(root: Path) -> Iterator[Path]:
 
 def sweep_values(root: Path, field: str) -> set[str]:
     """The values of ``field`` in the sweep's finetuning records (unreadable records skipped)."""
+    from plasticity.report.collect import read_record
+
     values = set()
     for path in run_paths(root):
-        if path.name != "result.json":
-            continue
-        try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(record, dict) and record.get("task") == "finetune" and record.get(field):
+        record = read_record(path)[0] if path.name == "result.json" else None  # None: unreadable, not an object
+        if record and record.get("task") == "finetune" and record.get(field):
             values.add(str(record[field]))
     return values
 

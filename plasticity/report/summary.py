@@ -30,14 +30,8 @@ from typing import Callable
 from rich.table import Table
 
 from plasticity.components import BOUND_OF, COMPONENTS, GROUPS
-from plasticity.report.collect import (
-    DURING_TRAINING,
-    Problem,
-    collect,
-    group_values,
-    read_during_training,
-    visible_files,
-)
+from plasticity.report.collect import DURING_TRAINING, Problem, collect, group_values, read_during_training
+from plasticity.report.collect import visible_files
 from plasticity.report.pretraining import ranking_rows, sentence
 from plasticity.report.tables import best_per_component, block_means, done_cells
 from plasticity.runs.io import read_json
