@@ -17,14 +17,13 @@ Subpackages: :mod:`~plasticity.data`, :mod:`~plasticity.recipes` (one per task),
 """
 
 import hashlib
-from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from plasticity.components import GROUPS, component_tag
 from plasticity.runs.record import optimizer_name
+from plasticity.validate import CONF_DIR  # re-exported: launch.py's config folder
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 """The Hydra config folder of this checkout (``launch.py``'s ``config_path``)."""
 
 

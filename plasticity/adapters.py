@@ -38,12 +38,13 @@ import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from plasticity.components import (
     AUTO,
     COMPONENTS,
     Selection,
+    adapter_of,
     block_count,
     check_blocks,
     classify,
@@ -61,8 +62,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "ADAPTERS", "ADAPTER_NAME", "LORA_GROUPS", "apply_lora", "check_adapter", "export_merged", "lora_names",
-    "lora_selection", "merge_lora", "merged_state_dict", "target_modules",
+    "ADAPTERS", "ADAPTER_NAME", "LORA_GROUPS", "apply_lora", "check_adapter", "check_job_adapter", "export_merged",
+    "lora_names", "lora_selection", "merge_lora", "merged_state_dict", "target_modules",
 ]
 
 ADAPTERS: tuple[str, ...] = ("none", "lora")
@@ -82,6 +83,17 @@ _WHY_NOT = {"ln1": "a LayerNorm", "ln2": "a LayerNorm", "emb": "the patch embedd
 # ------------------------------------------------------------------------------------ config
 
 
+def check_job_adapter(cfg: Any, groups: tuple[str, ...], p: Problems) -> None:
+    """A job config's ``adapter`` section, given the groups its ``component.name`` selects
+    (:func:`plasticity.components.check_strategy`'s return)."""
+    adapter = adapter_of(cfg)
+    if adapter:
+        p.require(cfg.component.name != AUTO, "component=auto with adapter=lora: the measurement chooses whole "
+                                              "weights to train. Fix: adapter=none, or a group with adapter=lora.")
+        for problem in check_adapter(list(groups), adapter):
+            p.add(problem)
+
+
 def check_adapter(component_groups: str | Iterable[str], adapter_cfg: Mapping | None) -> list[str]:
     """Every problem of an adapter config, one line each naming the key, the value, the choices and the fix.
 
@@ -89,7 +101,7 @@ def check_adapter(component_groups: str | Iterable[str], adapter_cfg: Mapping | 
 
     Args:
         component_groups: ``component.name`` (``"mha"``, ``"mha+fc1"``) or the list of groups LoRA
-            would adapt. ``auto`` is left to :func:`plasticity.components.check_strategy`.
+            would adapt. ``auto`` is left to :func:`check_job_adapter`.
         adapter_cfg: The ``adapter`` section (``name``, ``rank``, ``alpha``, ``dropout``), a dict or
             a DictConfig; None, ``{}`` or ``name: none``: no adapter, no problem.
 

@@ -13,13 +13,11 @@ import torch
 from plasticity.components import GROUPS
 from plasticity.data import DataSpec, load_splits
 from plasticity.measure import measure, pair_indices
+from plasticity.runs.checkpoints import DURING_TRAINING
 from plasticity.runs.io import write_csv_atomic
 
 log = logging.getLogger(__name__)
 
-CSV_NAME = "plasticity_during_training.csv"
-"""Written into the run directory: one row per (step, group, block) and per (step, group) with
-``block=all`` (the mean over blocks); step 0 of a pretraining run is the random init."""
 
 
 class PlasticityCallback(L.Callback):
@@ -30,8 +28,9 @@ class PlasticityCallback(L.Callback):
     test image, downstream validation image), on the model's device. Logged to every logger:
     ``plasticity/<group>`` (mean over blocks), ``plasticity/<group>/block_<i>`` and
     ``plasticity/cost``, the fraction of the training wall time spent measuring. Every
-    measurement is also written to ``<run dir>/plasticity_during_training.csv`` (:data:`CSV_NAME`,
-    by global rank 0; the rows so far travel in the checkpoint, so a resumed run keeps them).
+    measurement is also written to ``<run dir>/plasticity_during_training.csv``
+    (:data:`plasticity.runs.checkpoints.DURING_TRAINING`, by global rank 0; the rows so far travel in
+    the checkpoint, so a resumed run keeps them).
 
     During finetuning the downstream images are the run's own validation split. During
     pretraining (``task=pretrain``) they come from ``downstream``, the target the pretrained model
@@ -173,7 +172,7 @@ class PlasticityCallback(L.Callback):
         self.rows += [{"step": step, "group": g, "block": "all", "mean": metrics[f"plasticity/{g}"]}
                       for g in self.groups]
         if trainer.is_global_zero:  # every rank measured the same (all-reduced) weights; one writes
-            self.write(Path(trainer.default_root_dir) / CSV_NAME)
+            self.write(Path(trainer.default_root_dir) / DURING_TRAINING)
 
     def write(self, path: Path) -> None:
         """Every measurement so far as ``step,group,block,mean`` rows, written atomically."""

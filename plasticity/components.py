@@ -426,12 +426,17 @@ def tag_of(cfg: Any) -> str:
     return component_tag(cfg.component.name, blocks_of(cfg.component), adapter_of(cfg), auto.get("budget"))
 
 
-def check_strategy(cfg: Any, p: Problems) -> None:
+def check_strategy(cfg: Any, p: Problems) -> tuple[str, ...] | None:
     """``component.name`` (a group, ``+``-joined groups or ``auto``), ``component.blocks``,
-    ``component.lr_scale``, ``component.auto`` and the adapter."""
+    ``component.lr_scale`` and ``component.auto``; the adapter is
+    :func:`plasticity.adapters.check_job_adapter`'s.
+
+    Returns:
+        The groups ``component.name`` selects, or None when it does not parse (reported).
+    """
     component = cfg.component
     if not p.check(parse_component, component.name):  # raises naming the choices
-        return
+        return None
     parts = parse_component(component.name)
     blocks = component.blocks
     p.check(check_blocks, blocks, model_depth(cfg) if blocks is not None else None)  # depth: a meta-device build
@@ -442,14 +447,7 @@ def check_strategy(cfg: Any, p: Problems) -> None:
         positive_number(p, f"component.lr_scale.{group}", value, "10")
     if component.name == AUTO:
         check_auto(cfg, p)
-    adapter = adapter_of(cfg)
-    if adapter:
-        from plasticity.adapters import check_adapter  # adapters imports this module
-
-        p.require(component.name != AUTO, "component=auto with adapter=lora: the measurement chooses whole "
-                                          "weights to train. Fix: adapter=none, or a group with adapter=lora.")
-        for problem in check_adapter(list(parts), adapter):
-            p.add(problem)
+    return parts
 
 
 def model_depth(cfg: Any) -> int | None:

@@ -52,7 +52,7 @@ from rich.markup import escape
 
 from plasticity.console import console, job_overrides, print_config_tree, print_problems, run_line
 from plasticity.errors import USER_ERRORS
-from plasticity.runs import CONFIG_FILE, RESULT_FILE, STARTED_FILE, RunLock, config_hash, write_json_atomic
+from plasticity.runs import CONFIG_FILE, ERROR_FILE, RESULT_FILE, STARTED_FILE, RunLock, config_hash, write_json_atomic
 from plasticity.runs.ranks import announce, await_decision, conclude, global_rank, is_rank_zero, num_nodes
 from plasticity.runs.state import archive_run, clear_stale, conflict_message, inspect_run
 from plasticity.sweep import sweep_varying
@@ -244,7 +244,7 @@ def run_recipe_and_record(cfg: DictConfig, recipe, run_dir: Path, identity: dict
         record.update(status="diverged", error=str(err))
     except Exception as err:  # recorded, so the sweep goes on
         record.update(status="failed", error=f"{type(err).__name__}: {err}")
-        (run_dir / "error.log").write_text(traceback.format_exc())
+        (run_dir / ERROR_FILE).write_text(traceback.format_exc())
         if isinstance(err, USER_ERRORS):  # a bad input: its message says the fix, a traceback would bury it
             log.error("%s", err)
         else:

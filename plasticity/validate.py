@@ -15,13 +15,17 @@ import functools
 import json
 import math
 import os
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from plasticity.errors import did_you_mean
 
-__all__ = ["ConfigError", "DDP_STRATEGIES", "Problems", "known_keys", "world_size"]
+__all__ = ["CONF_DIR", "ConfigError", "DDP_STRATEGIES", "Problems", "known_keys", "world_size"]
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+"""The Hydra config folder (``launch.py``'s ``config_path``): the one home of every default."""
 
 TASK_OWNED_TRAINER = {
     "max_steps": "task.max_steps", "max_epochs": "task.max_steps", "min_steps": "task.max_steps",
@@ -133,8 +137,6 @@ def flat_keys(cfg: DictConfig | dict, prefix: str = "") -> list[str]:
 def known_keys() -> tuple[str, ...]:
     """The top-level keys a job config may have: ``conf/config.yaml``'s own keys and its defaults list's
     groups, and the keys the tasks add (their files are ``@package _global_``: ``sweep_dir``)."""
-    from plasticity import CONF_DIR
-
     primary = OmegaConf.load(CONF_DIR / "config.yaml")
     # Defaults entries: "_self_", {group: option}, {"override hydra/...": option} (Hydra's own groups).
     groups = [str(key) for entry in primary.defaults if isinstance(entry, DictConfig) for key in entry
@@ -310,17 +312,15 @@ def check_model(cfg: DictConfig, p: Problems) -> None:
 
 def check_dataset_values(data: DictConfig, p: Problems) -> None:
     """Dataset options: severity, limit, class count, workers, normalisation, augmentation."""
-    from plasticity.data import DATASETS
     from plasticity.data.sources import check_severity
-    from plasticity.data.splits import expected_classes
 
     p.check(check_severity, data.severity)
     workers = data.get("num_workers", 0)
     p.require(workers == "auto" or (is_int(workers) and workers >= 0),
               f"dataset.num_workers={workers!r} must be a non-negative integer or auto (0 without CUDA, else up to 8).")
     n = data.get("num_classes")
-    if data.name in DATASETS:  # an unknown name is check_dataset's problem (expected_classes would repeat it)
-        p.check(expected_classes, data.name, n)
+    p.require(n is None or (is_int(n) and n > 0),
+              f"dataset.num_classes={n!r} must be a positive integer or null (the dataset's own).")
     if data.get("classes") is not None:
         classes = data.classes
         classes = list(classes) if isinstance(classes, ListConfig) else classes

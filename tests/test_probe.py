@@ -109,6 +109,7 @@ def test_select_c_breaks_ties_towards_the_smallest_C():
 
 def manual_tokens(net, x):
     """The residual stream after the last block, computed by hand (timm's forward_features minus the norm)."""
+    # timm's private _pos_embed only as an independent reference (the library uses measure.embed_tokens' hook)
     t = net.norm_pre(net.patch_drop(net._pos_embed(net.patch_embed(x))))
     for blk in net.blocks:
         t = blk(t)

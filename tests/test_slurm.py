@@ -161,10 +161,14 @@ def test_launcher_submits_only_runs_not_done(tmp_path, monkeypatch, capsys, skip
             sweep.Job(2, ["seed=2"], cfg, tmp_path / "c", state=RunState("resume"))]
     submitted: list[tuple[int, list[str]]] = []
 
+    def finished(value):  # a completed JobReturn, its value set through the public return_value setter
+        ret = JobReturn(status=JobStatus.COMPLETED)
+        ret.return_value = value
+        return ret
+
     def submit(todo):
         submitted.extend((job.num, job.overrides) for job in todo)
-        return {job.num: JobReturn(status=JobStatus.COMPLETED, _return_value={"status": "done", "num": job.num})
-                for job in todo}
+        return {job.num: finished({"status": "done", "num": job.num}) for job in todo}
 
     def plan_batch(overrides, first):  # the plan above; a job it does not hold does not compose
         known = {tuple(job.overrides): job for job in plan}

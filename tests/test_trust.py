@@ -152,6 +152,7 @@ BAD = [
     ("lr_inf", ["optimizer.lr=inf"], ["optimizer.lr=inf must be a finite positive number"]),
     ("lr_bool", ["optimizer.lr=true"], ["optimizer.lr=True must be a finite positive number"]),
     ("seed_text", ["seed=abc"], ["seed='abc' must be a non-negative integer"]),
+    ("classes_bool", ["dataset.num_classes=true"], ["dataset.num_classes=True must be a positive integer or null"]),
     ("trainer_key", ["trainer.max_steps=abc"], ["trainer.max_steps is set by the task", "Fix: task.max_steps"]),
     ("trainer_plus", ["+trainer.max_steps=3"], ["trainer.max_steps=3 is set by the task", "Fix: task.max_steps"]),
     ("typo_group", ["optimzer.lr=1"], ["optimzer.lr is not a config key; the closest is optimizer.lr"]),

@@ -91,8 +91,8 @@ def _split_hash(name: str, severity: int | None, parts: list[tuple[ArraySet | Fi
 
 
 def expected_classes(name: str, num_classes: int | None) -> int:
-    if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 1):
-        raise ValueError(f"dataset.num_classes={num_classes!r} must be a positive integer or null (the dataset's own).")
+    """The class count a run expects: ``num_classes`` when set, else the dataset's own
+    (``dataset.num_classes`` is checked by :func:`plasticity.validate.check_dataset_values`)."""
     return num_classes or source(name).num_classes
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
+from plasticity.adapters import apply_lora, check_job_adapter, export_merged
 from plasticity.components import AUTO, adapter_of, blocks_of, check_strategy, parse_component, strategy_of, tag_of
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
@@ -63,7 +64,9 @@ class Finetune(RecipeBase):
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
         super().validate(cfg, p, local)
-        check_strategy(cfg, p)
+        groups = check_strategy(cfg, p)
+        if groups is not None:  # an adapter is checked against the groups it would adapt
+            check_job_adapter(cfg, groups, p)
         check_model(cfg, p)
         check_dataset(cfg, p, cfg.dataset.name, trains=True)
         check_dataset_values(cfg.dataset, p)
@@ -112,7 +115,6 @@ class Finetune(RecipeBase):
         ``task.export_merged``, writes the LoRA-merged weights)."""
         fields, module = self.fit()
         if self.adapter and self.cfg.task.export_merged and self.is_global_zero:
-            from plasticity.adapters import export_merged
             from plasticity.runs.checkpoints import WEIGHTS_FILE
 
             fields["weights_file"] = str(export_merged(module.net, self.run_dir / WEIGHTS_FILE))
@@ -229,8 +231,6 @@ class Finetune(RecipeBase):
         # component.train_final_norm (default true): the official code trains the final norm in every configuration.
         component, adapter = self.cfg.component, self.adapter
         if adapter:
-            from plasticity.adapters import apply_lora
-
             net, selection = apply_lora(net, list(parse_component(component.name)), blocks_of(component),
                                         rank=adapter["rank"], alpha=adapter["alpha"], dropout=adapter["dropout"],
                                         train_final_norm=component.train_final_norm)

@@ -19,12 +19,12 @@ import numpy as np
 
 from plasticity.components import GROUPS
 from plasticity.report.tables import block_means
-from plasticity.runs.checkpoints import METRICS_FILE, METRICS_PARTS
-from plasticity.runs.record import RESULT_FILE
+from plasticity.runs.checkpoints import DURING_TRAINING, METRICS_FILE, METRICS_PARTS
+from plasticity.runs.record import RESULT_FILE, visible_files
 
 __all__ = ["Problem", "Sweep", "analysis_plasticity", "check_sweep_dir", "claim_metrics", "collect", "group_values",
            "pretrain_dir", "probe_dir", "read_during_training", "read_metric", "read_metrics", "read_record",
-           "record_problem", "visible_files"]
+           "record_problem"]
 
 Problem = tuple[str, str]
 """A file that could not be used: ``(path, reason)``."""
@@ -39,9 +39,6 @@ PROBE_TASK = "linear_probe"
 TEXT_FIELDS = ("dataset", "component", "status")
 ACCURACIES = ("best_val_acc", "test_acc")
 PRETRAIN_TASK = "pretrain"
-DURING_TRAINING = "plasticity_during_training.csv"
-"""Per (step, group, block) P(f) logged by ``callbacks=plasticity`` during training (``block`` is the
-block index, or ``all`` for the mean over blocks)."""
 SWEEP_DIR_FIX = "Fix: sweep_dir=<a directory with run records, e.g. outputs/finetune/cifar10>."
 Series = tuple[np.ndarray, np.ndarray]
 """(steps, values) of one logged metric."""
@@ -70,15 +67,6 @@ class Sweep:
     pretrain: list[tuple[Path, dict]] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
     probe_dir: Path | None = None
-
-
-def visible_files(root: str | Path, pattern: str) -> Iterator[Path]:
-    """Every file matching ``pattern`` under ``root``, unsorted, outside hidden folders: ``.replaced-*``
-    archives and the ``.sweeps`` journals hold no current run (see :func:`plasticity.runs.record.find_results`)."""
-    root = Path(root)
-    for path in root.rglob(pattern):
-        if not any(part.startswith(".") for part in path.relative_to(root).parts[:-1]):
-            yield path
 
 
 def check_sweep_dir(path: str | Path | None, runs: Callable[[Path], Iterator[Path]] | None = None,

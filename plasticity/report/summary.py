@@ -30,11 +30,12 @@ from typing import Callable
 from rich.table import Table
 
 from plasticity.components import BOUND_OF, COMPONENTS, GROUPS
-from plasticity.report.collect import DURING_TRAINING, Problem, collect, group_values, read_during_training
-from plasticity.report.collect import visible_files
+from plasticity.report.collect import Problem, collect, group_values, read_during_training
 from plasticity.report.pretraining import ranking_rows, sentence
 from plasticity.report.tables import best_per_component, block_means, done_cells
+from plasticity.runs.checkpoints import DURING_TRAINING
 from plasticity.runs.io import read_json
+from plasticity.runs.record import visible_files
 
 RULE = ("lr chosen by the best mean validation accuracy over seeds (as the report's Table 6, select=val); "
         "accuracies are means over the seeds at that lr")

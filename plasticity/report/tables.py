@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import numpy as np
 from scipy import stats
@@ -51,18 +51,6 @@ STRATEGIES_COLUMNS = ("dataset", "component", "strategy", "label", "trainable_pa
 Cells = dict[tuple[str, str, float | None], list[dict]]
 """Done records per (dataset, configuration, lr), each with its ``run_dir``; lr is None for the probe."""
 
-
-
-def flatten(record: dict, prefix: str = "") -> dict[str, Any]:
-    """Nested dicts become dotted keys: ``{"params": {"mha": 3}}`` -> ``{"params.mha": 3}``."""
-    flat: dict[str, Any] = {}
-    for key, value in record.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat
 
 
 def tag_strategy(tag: str) -> str:

@@ -50,7 +50,6 @@ from plasticity.report import figures
 from plasticity.report.claims import COLUMNS as CLAIM_COLUMNS
 from plasticity.report.claims import chosen_runs, claim_inputs, evaluate_claims
 from plasticity.report.collect import (
-    DURING_TRAINING,
     Problem,
     Sweep,
     analysis_plasticity,
@@ -70,7 +69,6 @@ from plasticity.report.tables import (
     TABLE6_COLUMNS,
     Cells,
     done_cells,
-    flatten,
     missing_runs,
     parse_tag,
     plasticity_vs_accuracy,
@@ -80,7 +78,9 @@ from plasticity.report.tables import (
     table1,
     table6,
 )
+from plasticity.runs.checkpoints import DURING_TRAINING
 from plasticity.runs.io import write_csv_atomic, write_text_atomic
+from plasticity.runs.record import flatten
 
 __all__ = ["ReportError", "ReportResult", "sweep_claims", "write_report"]
 

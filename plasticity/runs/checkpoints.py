@@ -1,7 +1,8 @@
 """A training run's files: ``checkpoints/best.ckpt`` (the best validation accuracy: the test runs on
 it), ``checkpoints/last.ckpt`` (the latest validation: an interrupted run resumes from it),
 ``metrics.csv`` (Lightning's CSV logger; a resumed run keeps the interrupted parts' as
-``metrics.part<k>.csv``, k = 0, 1, ... in resume order) and the exported ``weights.safetensors``.
+``metrics.part<k>.csv``, k = 0, 1, ... in resume order), ``plasticity_during_training.csv`` and the
+exported ``weights.safetensors``.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-__all__ = ["CHECKPOINT_DIR", "LAST_CHECKPOINT", "METRICS_FILE", "METRICS_PARTS", "WEIGHTS_FILE", "best_and_last",
-           "checkpoint_step", "keep_metrics", "resumable"]
+__all__ = ["CHECKPOINT_DIR", "DURING_TRAINING", "LAST_CHECKPOINT", "METRICS_FILE", "METRICS_PARTS", "WEIGHTS_FILE",
+           "best_and_last", "checkpoint_step", "keep_metrics", "resumable"]
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,10 @@ METRICS_PARTS = "metrics.part*.csv"
 """The metrics of the interrupted parts of a resumed run (glob), read before ``metrics.csv``."""
 WEIGHTS_FILE = "weights.safetensors"
 """A training run's exported weights: a ``model.weights_file`` for later runs."""
+DURING_TRAINING = "plasticity_during_training.csv"
+"""Written by ``callbacks=plasticity`` into the run directory: one row per (step, group, block) and
+per (step, group) with ``block=all`` (the mean over blocks); step 0 of a pretraining run is the
+random init."""
 
 
 def best_and_last(run_dir: str | Path) -> "ModelCheckpoint":

@@ -11,18 +11,20 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
 from plasticity.runs.io import read_json
 
-__all__ = ["CONFIG_FILE", "FINISHED", "RESULT_FILE", "STARTED_FILE", "config_diff", "config_hash", "digest",
-           "find_results", "optimizer_name", "protocol", "read_result"]
+__all__ = ["CONFIG_FILE", "ERROR_FILE", "FINISHED", "RESULT_FILE", "STARTED_FILE", "config_diff", "config_hash",
+           "digest", "find_results", "flatten", "optimizer_name", "protocol", "read_result", "visible_files"]
 
 RESULT_FILE = "result.json"
 CONFIG_FILE = "config.yaml"
 STARTED_FILE = "run.json"
+ERROR_FILE = "error.log"
+"""The traceback of a run that failed."""
 FINISHED = ("done", "diverged")
 """Statuses of finished work: never modified or deleted by a later launch."""
 
@@ -56,18 +58,19 @@ def protocol(cfg: DictConfig | dict, sections: tuple[str, ...] | None = None) ->
         container = {k: _resolved(cfg, k) for k in keys}
     else:
         container = {k: v for k, v in cfg.items() if (sections is None or k in sections) and k not in NOT_PROTOCOL}
-    flat = _flatten(container)
+    flat = flatten(container)
     for key in NOT_PROTOCOL_SUBKEYS:
         flat.pop(key, None)
     return flat
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts become dotted keys: ``{"params": {"mha": 3}}`` -> ``{"params.mha": 3}``."""
     if not isinstance(tree, dict):
         return {prefix[:-1]: tree}
     flat: dict[str, Any] = {}
     for key, value in tree.items():
-        flat.update(_flatten(value, f"{prefix}{key}."))
+        flat.update(flatten(value, f"{prefix}{key}."))
     return flat
 
 
@@ -98,16 +101,20 @@ def read_result(run_dir: str | Path) -> dict | None:
     return read_json(Path(run_dir) / RESULT_FILE)
 
 
-def find_results(root: str | Path) -> list[tuple[Path, dict]]:
-    """Every readable (run directory, record) under ``root``, sorted by path.
-
-    Hidden folders (``.replaced-*`` archives, ``.sweeps`` journals, ``.submitit``) are skipped.
-    """
-    found = []
+def visible_files(root: str | Path, pattern: str) -> Iterator[Path]:
+    """Every file matching ``pattern`` under ``root``, unsorted, outside hidden folders: the
+    ``.replaced-*`` archives, ``.sweeps`` journals and ``.submitit`` folders hold no current run."""
     root = Path(root)
-    for path in sorted(root.rglob(RESULT_FILE)):
-        if any(part.startswith(".") for part in path.relative_to(root).parts[:-1]):
-            continue
+    for path in root.rglob(pattern):
+        if not any(part.startswith(".") for part in path.relative_to(root).parts[:-1]):
+            yield path
+
+
+def find_results(root: str | Path) -> list[tuple[Path, dict]]:
+    """Every readable (run directory, record) under ``root``, sorted by path, hidden folders skipped
+    (:func:`visible_files`)."""
+    found = []
+    for path in sorted(visible_files(root, RESULT_FILE)):
         record = read_result(path.parent)
         if record is not None:
             found.append((path.parent, record))

@@ -17,12 +17,15 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from plasticity.runs.checkpoints import CHECKPOINT_DIR, METRICS_FILE, METRICS_PARTS
 from plasticity.runs.lock import LOCK_FILE, lock_holder
-from plasticity.runs.record import CONFIG_FILE, FINISHED, STARTED_FILE, config_diff, digest, protocol, read_result
+from plasticity.runs.record import (
+    CONFIG_FILE, ERROR_FILE, FINISHED, RESULT_FILE, STARTED_FILE, config_diff, digest, protocol, read_result,
+)
 
 __all__ = ["RunState", "archive_run", "clear_stale", "conflict_message", "inspect_run"]
 
-STALE = ("checkpoints", "metrics.csv", "error.log", "result.json")
+STALE = (CHECKPOINT_DIR, METRICS_FILE, ERROR_FILE, RESULT_FILE)
 """What a failed run leaves that a re-run with another config must not reuse."""
 
 
@@ -137,5 +140,5 @@ def clear_stale(run_dir: str | Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
-    for part in run_dir.glob("metrics.part*.csv"):
+    for part in run_dir.glob(METRICS_PARTS):
         part.unlink()
