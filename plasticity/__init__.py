@@ -24,8 +24,6 @@ from plasticity.components import GROUPS, component_tag
 from plasticity.runs.record import optimizer_name
 from plasticity.validate import CONF_DIR  # re-exported: launch.py's config folder
 
-"""The Hydra config folder of this checkout (``launch.py``'s ``config_path``)."""
-
 
 def run_id(text: str) -> str:
     """A stable 16-hex-digit id of ``text`` (the W&B run id of a run path)."""

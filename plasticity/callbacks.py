@@ -19,7 +19,6 @@ from plasticity.runs.io import write_csv_atomic
 log = logging.getLogger(__name__)
 
 
-
 class PlasticityCallback(L.Callback):
     """Measures the plasticity of each group during training, on a fixed set of pairs.
 

@@ -38,9 +38,9 @@ def sweep_problem(sweep_dir: Any) -> str | None:
 def run_paths(root: Path) -> Iterator[Path]:
     """Every ``result.json`` and ``run-*.wandb`` under ``root``, lazily, outside hidden folders and the
     dashboard's own output folder ``root/dashboard``."""
-    from plasticity.runs.record import visible_files
+    from plasticity.runs.record import RESULT_FILE, visible_files
 
-    for pattern in ("result.json", "run-*.wandb"):
+    for pattern in (RESULT_FILE, "run-*.wandb"):
         for path in visible_files(root, pattern):
             if path.relative_to(root).parts[:-1][:1] != (OUT_DIR,):
                 yield path

@@ -27,7 +27,8 @@ from plasticity.adapters import apply_lora, check_job_adapter, export_merged
 from plasticity.components import AUTO, adapter_of, blocks_of, check_strategy, parse_component, strategy_of, tag_of
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
-from plasticity.runs.ranks import announce, num_nodes
+from plasticity.runs.checkpoints import WEIGHTS_FILE, best_and_last, checkpoint_step, resumable
+from plasticity.runs.ranks import announce, is_rank_zero, num_nodes
 from plasticity.runs.record import optimizer_name
 from plasticity.validate import (
     Problems,
@@ -115,17 +116,12 @@ class Finetune(RecipeBase):
         ``task.export_merged``, writes the LoRA-merged weights)."""
         fields, module = self.fit()
         if self.adapter and self.cfg.task.export_merged and self.is_global_zero:
-            from plasticity.runs.checkpoints import WEIGHTS_FILE
-
             fields["weights_file"] = str(export_merged(module.net, self.run_dir / WEIGHTS_FILE))
         return fields
 
     def fit(self) -> tuple[dict[str, Any], "FinetuneModule"]:
         """Trains and tests; returns the result fields and the module holding the best-validation weights."""
         import lightning as L
-
-        from plasticity.runs.checkpoints import best_and_last
-        from plasticity.runs.ranks import is_rank_zero
 
         # Seeded before anything draws from torch's RNG: a random init, the new head, LoRA's lora_A (and the workers).
         L.seed_everything(self.cfg.seed, workers=True, verbose=False)
@@ -163,8 +159,6 @@ class Finetune(RecipeBase):
     def test(self, trainer: "L.Trainer", module: "FinetuneModule", datamodule: "DataModule",
              checkpoint: "ModelCheckpoint") -> dict[str, Any]:
         """Tests the best-validation checkpoint (the paper's protocol); its accuracy fields."""
-        from plasticity.runs.checkpoints import checkpoint_step
-
         best = checkpoint.best_model_path
         tested = trainer.test(module, datamodule=datamodule, ckpt_path=best, verbose=False)[0]
         return {"best_val_acc": float(checkpoint.best_model_score), "test_acc": float(tested["test/acc"]),
@@ -174,8 +168,6 @@ class Finetune(RecipeBase):
     def resume_from(self) -> str | None:
         """The checkpoint to resume from: rank 0 asks the run directory (``resume=true``), the other
         ranks take rank 0's, so every rank restarts at the same step."""
-        from plasticity.runs.checkpoints import resumable
-
         if self.follower_resume is not None or not self.is_global_zero:
             return self.follower_resume  # rank 0 decided (and kept the metrics)
         return resumable(self.run_dir, self.cfg.task.max_steps) if self.cfg.resume else None
