@@ -73,24 +73,24 @@ def test_workspace_builds_offline_and_its_json_round_trips(tmp_path):
     section = view(ws)
     assert [s["name"] for s in section["panelBankConfig"]["sections"]] == SECTIONS
     assert section["settings"]["xAxis"] == "trainer/global_step"
-    assert section["runSets"][0]["grouping"] == [{"section": "config", "name": "component.value.name"}]
+    assert section["runSets"][0]["grouping"] == [{"section": "config", "name": "run.value.component"}]
     kinds = {p["viewType"] for p in panels(ws)}
     assert {"Run History Line Plot", "Bar Chart", "Parallel Coordinates Plot"} <= kinds
     for panel in panels(ws):
         if panel["viewType"] != "Parallel Coordinates Plot":  # every chart groups runs by component
-            assert panel["config"]["groupBy"] == "component.value.name", panel
+            assert panel["config"]["groupBy"] == "run.value.component", panel
         if panel["viewType"] == "Run History Line Plot":
             assert panel["config"]["xAxis"] == "trainer/global_step"
     parallel = next(p for p in panels(ws) if p["viewType"] == "Parallel Coordinates Plot")
     assert [c["accessor"] for c in parallel["config"]["columns"]] == [
-        "config:optimizer.value.name", "config:optimizer.value.lr", "config:component.value.name",
+        "config:optimizer.value.name", "config:optimizer.value.lr", "config:run.value.component",
         "summary:best_val_acc", "summary:test_acc"]
     regexes = {p["config"].get("metricRegex") for p in panels(ws)}
     assert "^grad_norm/(ln1|mha|ln2|fc1|fc2)$" in regexes and "^plasticity/(ln1|mha|ln2|fc1|fc2)$" in regexes
     metrics = {m for p in panels(ws) for m in p["config"].get("metrics", [])}
     assert {"val/acc", "val/loss", "summary_metrics.test_acc", "plasticity/mha"} <= metrics
     colors = view(ws)["customRunColors"]  # the paper's colours per component
-    assert any("component.value.name" in k and "mha" in k and v == "#d62728" for k, v in colors.items())
+    assert any("run.value.component" in k and "mha" in k and v == "#d62728" for k, v in colors.items())
 
 
 def test_runset_filters_name_the_dataset_model_and_group():
@@ -106,10 +106,26 @@ def test_runset_filters_name_the_dataset_model_and_group():
 
 def test_panel_keys_are_dotted_config_and_plain_metric_keys():
     keys = dash.panel_keys(dash.build_workspace("plasticity", None, "w"))
-    assert {("config", "component.name"), ("config", "optimizer.lr"), ("config", "optimizer.name"),
+    assert {("config", "run.component"), ("config", "optimizer.lr"), ("config", "optimizer.name"),
             ("summary", "test_acc"), ("summary", "best_val_acc"), ("history", "val/acc"),
             ("history", "trainer/global_step")} <= keys
     assert not any(".value" in key for _, key in keys)
+
+
+def test_lora_on_mha_and_full_mha_are_two_groups_of_the_dashboard():
+    """The panels group by the run's configuration tag, which a LoRA run's W&B config holds apart from
+    full MHA's (both have component.name=mha)."""
+    from tests.test_config import composed
+
+    from plasticity.recipes import get
+    from plasticity.tracking.logger import run_config
+
+    values = []
+    for overrides in (["component=mha"], ["component=mha", "adapter=lora"]):
+        cfg = composed(*overrides)
+        config = run_config(cfg, get("finetune").identity(cfg), "/tmp/run")
+        values.append(nested(config, dash.GROUP_BY))
+    assert values == ["mha", "mha_lora_r8"]
 
 
 def test_offline_is_decided_at_once_and_push_needs_a_key(tmp_path, monkeypatch):

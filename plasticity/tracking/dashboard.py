@@ -11,9 +11,10 @@
   and the measurement's share of the wall time;
 - **Validation loss**: ``val/loss``, with ``train/loss`` and the learning rate beside it;
 - **Learning rate and components**: a parallel-coordinates panel of ``optimizer.name``,
-  ``optimizer.lr``, ``component.name``, ``best_val_acc`` and ``test_acc``.
+  ``optimizer.lr``, the configuration (``run.component``), ``best_val_acc`` and ``test_acc``.
 
-Every panel groups runs by ``component.name`` (coloured as in the paper's figures), and the runset
+Every panel groups runs by their configuration, ``run.component`` (the record's component tag:
+``mha`` and LoRA on MHA, ``mha_lora_r8``, are two groups; coloured as in the paper's figures), and the runset
 keeps the finetuning runs of one dataset and model (``dataset.name``, ``model.name``, optionally a
 W&B group). Building needs no network: :func:`spec_json` writes the workspace as JSON,
 :func:`load_spec` reads it back, and :func:`push` saves it to W&B later
@@ -48,7 +49,9 @@ if TYPE_CHECKING:
 __all__ = ["DashboardError", "PanelKey", "build_workspace", "can_reach_wandb", "has_credentials", "load_spec",
            "missing_keys", "offline_reason", "panel_keys", "push", "push_command", "spec_json"]
 
-GROUP_BY = "component.name"
+GROUP_BY = "run.component"
+"""The configuration tag of the run's record (``mha``, ``mha_lora_r8``, ``mha+fc1_b8-11``), not
+``component.name``, which is ``mha`` for LoRA on MHA and full MHA alike."""
 DEFAULT_HOST = "https://api.wandb.ai"
 PUSH_TIMEOUT_S = 60.0
 REACH_TIMEOUT_S = 3.0
@@ -167,14 +170,14 @@ def loss_panels(groups: tuple[str, ...]) -> list:
 
 
 def hyperparameter_panels(groups: tuple[str, ...]) -> list:
-    """One parallel-coordinates panel: optimizer, learning rate, component -> accuracy."""
+    """One parallel-coordinates panel: optimizer, learning rate, configuration -> accuracy."""
     import wandb_workspaces.reports.v2 as wr
 
     column = wr.ParallelCoordinatesPlotColumn
     return [wr.ParallelCoordinatesPlot(title="Learning rate, component and accuracy", columns=[
         column(wr.Config("optimizer.name"), display_name="optimizer"),
         column(wr.Config("optimizer.lr"), display_name="lr", log=True),
-        column(wr.Config(GROUP_BY), display_name="component"),
+        column(wr.Config(GROUP_BY), display_name="configuration"),
         column(wr.SummaryMetric("best_val_acc"), display_name="best val acc"),
         column(wr.SummaryMetric("test_acc"), display_name="test acc")])]
 
