@@ -174,6 +174,26 @@ def test_rank_zero_decision_reaches_srun_tasks(tmp_path, monkeypatch):
         ranks.await_decision(tmp_path, timeout_s=0.5)
 
 
+def test_a_stop_leaves_no_decision_file_once_every_srun_task_read_it(tmp_path, monkeypatch):
+    """A relaunch under srun that finds its run finished: rank 0 tells the other task to stop and, once
+    that task (another process) acknowledged it, removes the decision file, leaving the run as it was."""
+    from plasticity.runs import ranks
+
+    for key in LAUNCHER_VARS:
+        monkeypatch.delenv(key, raising=False)
+    slurm = {"SLURM_NTASKS": "2", "SLURM_JOB_ID": "42"}
+    for key, value in {**slurm, "SLURM_PROCID": "0"}.items():
+        monkeypatch.setenv(key, value)
+    code = "import sys; from plasticity.runs import ranks; print(ranks.await_decision(sys.argv[1], 60)['action'])"
+    follower = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=ROOT, text=True,
+                                stdout=subprocess.PIPE, env={**env(), **slurm, "SLURM_PROCID": "1"})
+    ranks.conclude(tmp_path, timeout_s=60)  # no "run" was announced: the job skipped or refused the run
+    assert follower.communicate(timeout=60)[0].strip() == "stop"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    ranks.conclude(tmp_path, timeout_s=0.5)  # no rank ever reads it: the file stays for a late one
+    assert (tmp_path / ranks.DECISION_FILE).is_file()
+
+
 # ----------------------------------------------------------------------------------- end to end
 
 

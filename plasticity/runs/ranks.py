@@ -9,7 +9,9 @@ One run may use several processes (``trainer.devices`` x ``trainer.num_nodes``).
   the environment the children inherit (:data:`DECISION_ENV`).
 - **srun** (``hydra/launcher=slurm`` with ``tasks_per_node`` > 1): every task runs the job at once,
   ``SLURM_PROCID`` being its rank. Rank 0 writes its decision to ``<run_dir>/.ranks.json`` under the
-  job attempt's token (job id and requeue count); the others wait for it.
+  job attempt's token (job id and requeue count); the others wait for it and acknowledge it
+  (``.ranks.<rank>.ack``). Rank 0 removes both when its job ends, after every rank acknowledged a
+  ``stop`` (a relaunch that finds the run finished), so a finished run keeps neither.
 
 Only rank 0 validates, takes the run's lock, inspects the run directory and writes records; the
 other ranks do what it decided: run (resuming from the same checkpoint) or stop.
@@ -18,6 +20,7 @@ other ranks do what it decided: run (resuming from the same checkpoint) or stop.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -28,8 +31,12 @@ from plasticity.runs.io import read_json, write_json_atomic
 __all__ = ["DECISION_ENV", "DECISION_FILE", "announce", "await_decision", "global_rank", "is_rank_zero", "conclude",
            "num_nodes", "slurm_tasks"]
 
+log = logging.getLogger(__name__)
+
 DECISION_ENV = "PLASTICITY_RANK0_DECISION"
 DECISION_FILE = ".ranks.json"
+ACK_FILE = ".ranks.{rank}.ack"
+"""A rank's acknowledgement of the decision file (holding the launch's token)."""
 WAIT_S = 1800.0
 """How long a non-zero rank waits for rank 0's decision (rank 0 may first wait for a data check)."""
 
@@ -93,16 +100,50 @@ def announce(run_dir: str | Path, action: str, resume: str | None = None, num_no
         write_json_atomic(Path(run_dir) / DECISION_FILE, {**decision, "token": token})
 
 
-def conclude(run_dir: str | Path, num_nodes: int = 1) -> None:
-    """Rank 0, when its job ends: after a run every rank took part in (it announced ``run``), the
-    decision file is removed; otherwise ranks may still be waiting, and are told to ``stop``."""
+def conclude(run_dir: str | Path, num_nodes: int = 1, timeout_s: float = WAIT_S) -> None:
+    """Rank 0, when its job ends: leaves no decision file behind.
+
+    After a run every rank took part in (it announced ``run``), the file is removed at once.
+    Otherwise ranks may still be waiting: they are told to ``stop``, and the file is removed once
+    each of them acknowledged it (within ``timeout_s``; a rank that never came finds it still there).
+    """
     # What this process announced last (the recipe announces "run" just before Trainer.fit): the same
     # variable its Lightning-started ranks inherit.
     last = json.loads(os.environ.get(DECISION_ENV) or "{}")
-    if last.get("run_dir") == str(run_dir) and last.get("action") == "run":
-        Path(run_dir, DECISION_FILE).unlink(missing_ok=True)
-    else:
+    if last.get("run_dir") != str(run_dir) or last.get("action") != "run":
         announce(run_dir, "stop", num_nodes=num_nodes)
+        if not _acknowledged(run_dir, _followers(num_nodes), timeout_s):
+            log.warning("%s: ranks of launch %s did not read rank 0's decision within %.0f s; %s is left for them",
+                        run_dir, _token(), timeout_s, DECISION_FILE)
+            return
+    _remove_decision(run_dir)
+
+
+def _followers(num_nodes: int) -> int:
+    """How many processes read the decision file: the other srun tasks, else the first process of
+    each other node (the ranks Lightning starts there inherit its environment)."""
+    return slurm_tasks() - 1 if slurm_tasks() > 1 else num_nodes - 1
+
+
+def _acknowledged(run_dir: str | Path, followers: int, timeout_s: float) -> bool:
+    """Waits until ``followers`` ranks acknowledged this launch's decision file (True; also when
+    there is no file to read: no token, or no run directory); False after ``timeout_s``."""
+    token = _token()
+    if token is None or followers < 1 or not Path(run_dir, DECISION_FILE).is_file():
+        return True
+    deadline = time.monotonic() + timeout_s
+    while sum((read_json(p) or {}).get("token") == token for p in Path(run_dir).glob(ACK_FILE.format(rank="*"))) < followers:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _remove_decision(run_dir: str | Path) -> None:
+    """Removes the decision file and every acknowledgement of it."""
+    Path(run_dir, DECISION_FILE).unlink(missing_ok=True)
+    for ack in Path(run_dir).glob(ACK_FILE.format(rank="*")):
+        ack.unlink(missing_ok=True)
 
 
 def await_decision(run_dir: str | Path, timeout_s: float = WAIT_S) -> dict[str, Any]:
@@ -126,6 +167,8 @@ def await_decision(run_dir: str | Path, timeout_s: float = WAIT_S) -> dict[str, 
     while time.monotonic() < deadline:
         found = read_json(path)
         if found and found.get("token") == token:  # a file of an earlier attempt (before a requeue) is not it
+            # rank 0 removes the file once every rank has read it (conclude)
+            write_json_atomic(Path(run_dir) / ACK_FILE.format(rank=global_rank()), {"token": token})
             return found
         time.sleep(0.2)
     raise RuntimeError(f"rank {global_rank()}: rank 0 wrote no decision for launch {token} to {path} within "
