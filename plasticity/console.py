@@ -95,7 +95,7 @@ def print_problems(problems: list[str], header: str = "", con: Console | None = 
 def run_line(record: dict) -> str:
     """One line for a finished run: status, best val acc, test acc, best step, wall time, directory."""
     status = record.get("status", "?")
-    color = {"done": "green", "diverged": "yellow", "failed": "red"}.get(status, "white")
+    color = {"done": "green", "diverged": "yellow", "interrupted": "magenta", "failed": "red"}.get(status, "white")
     parts = [f"[bold {color}]{status}[/bold {color}]"]
     for key, name in (("best_val_acc", "best val"), ("test_acc", "test")):
         if isinstance(record.get(key), (int, float)):

@@ -30,7 +30,8 @@ The launch path, from the command line to ``Trainer.fit`` (11 stages):
 11. The recipe (e.g. :meth:`plasticity.recipes.finetune.Finetune.fit`) builds the model, data,
     module and trainer, announces rank 0's decision to the other ranks, and calls ``Trainer.fit``.
 
-Whatever happened, ``result.json`` is then written atomically: ``done``, ``diverged`` (NaN/inf loss)
+Whatever happened, ``result.json`` is then written atomically: ``done``, ``diverged`` (NaN/inf loss),
+``interrupted`` (a stop signal or storage that gave out, with the step reached: the relaunch resumes)
 or ``failed`` (any other exception, with its message). In a multirun a failure is recorded and the
 sweep goes on; :class:`plasticity.sweep.SweepSummary` journals each job's record and, at the end,
 prints the summary and exits non-zero naming the failed runs.
@@ -55,6 +56,7 @@ from plasticity.errors import USER_ERRORS
 from plasticity.runs import CONFIG_FILE, ERROR_FILE, RESULT_FILE, STARTED_FILE, RunLock, config_hash, write_json_atomic
 from plasticity.runs.ranks import announce, await_decision, conclude, global_rank, is_rank_zero, num_nodes
 from plasticity.runs.state import archive_run, clear_stale, conflict_message, inspect_run
+from plasticity.runs.stop import INTERRUPTED, Interrupted, recording_signals, signal_name, storage_fault
 from plasticity.sweep import sweep_varying
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,14 @@ def setup_process(cfg: DictConfig) -> None:
     quiet_libraries()
     torch.set_num_threads(int(cfg.get("threads") or torch.get_num_threads()))  # threads: null keeps torch's
     torch.set_float32_matmul_precision(cfg.matmul_precision)
+
+
+class RunLogHandler(logging.FileHandler):
+    """``launch.log``'s handler: once its disk is full it drops lines silently (the console still
+    shows them) instead of printing a traceback for every line, as logging does by default."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.failed = True
 
 
 def remove_if_empty(run_dir: Path, stop: Path) -> None:
@@ -216,7 +226,7 @@ def open_run_dir(cfg: DictConfig, recipe, run_dir: Path, multirun: bool, chash: 
     write_json_atomic(run_dir / STARTED_FILE, {
         "config_hash": chash, "started": time.time(), "host": socket.gethostname(),
         "overrides": list(hydra_cfg.overrides.task)})
-    handler = logging.FileHandler(run_dir / LOG_FILE)
+    handler = RunLogHandler(run_dir / LOG_FILE)
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     logging.getLogger().addHandler(handler)
     if multirun:
@@ -228,37 +238,87 @@ def open_run_dir(cfg: DictConfig, recipe, run_dir: Path, multirun: bool, chash: 
 
 
 def run_recipe_and_record(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bool) -> dict[str, Any]:
-    """Runs the recipe and writes ``result.json`` whatever happens."""
-    from plasticity.module import Diverged
+    """Runs the recipe and writes ``result.json`` whatever happens, where the disk allows.
 
+    A stop signal or storage that gives out records ``interrupted`` with the step reached (the
+    relaunch resumes); a signal then ends the process with the signal's exit code, so a sweep
+    stops with it.
+    """
     setup_process(cfg)
     record: dict[str, Any] = {**identity, "run_dir": str(run_dir)}
     chash = config_hash(cfg, recipe.sections)
-    handler = open_run_dir(cfg, recipe, run_dir, multirun, chash)
     started = time.perf_counter()
-    try:
-        record.update(recipe(cfg, run_dir).run())
-        record["status"] = "done"
-    except Diverged as err:
-        log.warning("run diverged: %s", err)
-        record.update(status="diverged", error=str(err))
-    except Exception as err:  # recorded, so the sweep goes on
-        record.update(status="failed", error=f"{type(err).__name__}: {err}")
-        (run_dir / ERROR_FILE).write_text(traceback.format_exc())
-        if isinstance(err, USER_ERRORS):  # a bad input: its message says the fix, a traceback would bury it
-            log.error("%s", err)
-        else:
-            log.exception("run failed")
-    finally:
-        logging.getLogger().removeHandler(handler)  # the next job of an in-process sweep logs to its own file
-        handler.close()
+    job, handler, stop = None, None, None
+    with recording_signals() as received:
+        try:
+            handler = open_run_dir(cfg, recipe, run_dir, multirun, chash)
+            job = recipe(cfg, run_dir)
+            record.update(job.run())
+            record["status"] = "done"
+        except (Interrupted, SystemExit) as err:
+            if isinstance(err, SystemExit) and not received:  # an exit no signal asked for is not ours to record
+                raise
+            stop = err  # SystemExit: submitit's requeue handler exits after SLURM's signal (noted first)
+            why = f"stopped by {signal_name(received[-1])}" if received else str(err)
+            record.update(status=INTERRUPTED, error=why, **progress(job))
+            log.warning("run interrupted (%s); a relaunch resumes it from its last checkpoint", why)
+        except Exception as err:  # recorded, so the sweep goes on
+            record.update(record_failure(err, run_dir, job))
+        finally:
+            if handler is not None:
+                logging.getLogger().removeHandler(handler)  # the next job of an in-process sweep logs to its own file
+                handler.close()
     record.update(wall_s=round(time.perf_counter() - started, 2), config_hash=chash)
     finish_wandb(record, cfg)
-    write_json_atomic(run_dir / RESULT_FILE, record)  # last: result.json present means the run ended
+    write_record(run_dir, record)
     console().print(run_line(record), highlight=False)
+    if stop is not None:
+        raise stop if isinstance(stop, SystemExit) else SystemExit(stop.exit_code)
     if record["status"] == "failed" and not multirun:
         raise SystemExit(1)
     return record
+
+
+def record_failure(err: Exception, run_dir: Path, job) -> dict[str, Any]:
+    """The record's fields for a run that raised ``err``: ``diverged``, ``interrupted`` (the
+    storage gave out: one line naming the path and the cause) or ``failed`` (its traceback in
+    ``error.log``)."""
+    from plasticity.module import Diverged
+
+    if isinstance(err, Diverged):
+        log.warning("run diverged: %s", err)
+        return {"status": "diverged", "error": str(err)}
+    fault = storage_fault(err, run_dir)
+    if fault is not None:  # the disk, not the run: nothing to debug, a relaunch with room resumes
+        log.error("run stopped: %s. Fix: free space (or make %s writable), then relaunch: it resumes from the last "
+                  "complete checkpoint.", fault, run_dir)
+        return {"status": INTERRUPTED, "error": fault, **progress(job)}
+    try:
+        (run_dir / ERROR_FILE).write_text(traceback.format_exc())
+    except OSError as write_err:
+        log.error("could not write %s (%s)", run_dir / ERROR_FILE, write_err)
+    if isinstance(err, USER_ERRORS):  # a bad input: its message says the fix, a traceback would bury it
+        log.error("%s", err)
+    else:
+        log.exception("run failed")
+    return {"status": "failed", "error": f"{type(err).__name__}: {err}"}
+
+
+def progress(job) -> dict[str, Any]:
+    """Where a stopped run got to (the recipe's ``progress``; empty before the recipe was built)."""
+    report = getattr(job, "progress", None)
+    return report() if callable(report) else {}
+
+
+def write_record(run_dir: Path, record: dict[str, Any]) -> None:
+    """``result.json``, atomically; on storage that gives out, one line saying it could not be written
+    (the run then reads as interrupted: started, never recorded)."""
+    try:
+        write_json_atomic(run_dir / RESULT_FILE, record)  # last: result.json present means the run ended
+    except OSError as err:
+        fault = storage_fault(err, run_dir) or f"{type(err).__name__}: {err}"
+        console().print(f"[red]could not record the run[/red] in {escape(str(run_dir))}: {escape(fault)}",
+                        highlight=False)
 
 
 def finish_wandb(record: dict[str, Any], cfg: DictConfig) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import random
 from typing import Callable, Iterable
 
 import lightning as L
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -15,6 +17,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from plasticity.components import Selection
+from plasticity.runs.checkpoints import CONFIG_HASH_KEY
 
 
 class Diverged(RuntimeError):
@@ -89,6 +92,9 @@ class FinetuneModule(L.LightningModule):
         self.strict_loading = False  # checkpoints omit frozen weights
         self._loss_sum = torch.zeros(())  # the micro-batches' losses since the last optimizer step
         self._loss_count = 0
+        self.config_hash: str | None = None
+        """The run's config hash, saved in each checkpoint (set by the recipe)."""
+        self._rng_to_restore: dict | None = None  # a resumed run's generator states, set at on_train_start
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.net(images)
@@ -181,3 +187,45 @@ class FinetuneModule(L.LightningModule):
         checkpoint["state_dict"] = {
             k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("net.") or k in trainable
         }
+        # What the rest of the run draws (the augmentation's crops and flips, dropout): saved at the
+        # checkpoint, where the uninterrupted run goes on drawing. Rank 0's state is every rank's: each
+        # is seeded alike and draws the same number of values per micro-batch.
+        checkpoint[RNG_KEY] = rng_states()
+        if self.config_hash is not None:
+            checkpoint[CONFIG_HASH_KEY] = self.config_hash
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self._rng_to_restore = checkpoint.get(RNG_KEY)
+
+    def on_train_start(self) -> None:
+        # Restored here, not at load: between the load and the first resumed batch Lightning runs the
+        # sanity validation and builds the loaders; from here on only the training draws.
+        if self._rng_to_restore is not None:
+            set_rng_states(self._rng_to_restore)
+            self._rng_to_restore = None
+
+
+RNG_KEY = "rng_states"
+"""The checkpoint's entry for the random generators' states (:func:`rng_states`)."""
+
+
+def rng_states() -> dict:
+    """The states of every random generator a run may draw from: Python's, NumPy's, torch's CPU and
+    CUDA (when present) generators."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    # NumPy's key as a tensor: a checkpoint holds only what torch's weights-only loader accepts.
+    states = {"python": random.getstate(), "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss,
+                                                      gauss), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict) -> None:
+    """Sets the generators to :func:`rng_states`' ``states``."""
+    random.setstate(states["python"])
+    kind, keys, pos, has_gauss, gauss = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    torch.set_rng_state(states["torch"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])

@@ -1,8 +1,10 @@
 """The Lightning DataModule: a :class:`DataSpec`'s splits served as uint8 batches.
 
-The train order is a function of (seed, epoch) (:class:`EpochBatchSampler`), so a run resumed at
-an epoch boundary replays the exact batches of an uninterrupted run. Crop, flip and
-normalisation run on the accelerator (:mod:`plasticity.data.augment`), except on the JPEG path.
+The train order is a function of (seed, epoch) (:class:`EpochBatchSampler`), and the train
+loader (:class:`ResumableLoader`) saves its place in that order in every checkpoint, so a run
+resumed from any checkpoint, inside an epoch or at its end, replays the exact batches of an
+uninterrupted run. Crop, flip and normalisation run on the accelerator
+(:mod:`plasticity.data.augment`), except on the JPEG path.
 
 Under DDP each process takes a disjoint share of the same orders (the rank and world size come
 from the trainer; Lightning's own distributed sampler is off): of each global micro-step of
@@ -26,7 +28,7 @@ from plasticity.data.sources import ArraySet, DataError, FileSet, check_severity
 from plasticity.data.spec import DataSpec, load_splits
 from plasticity.data.splits import Splits, expected_classes
 
-__all__ = ["DataModule", "EpochBatchSampler", "eval_batches", "resolve_workers"]
+__all__ = ["DataModule", "EpochBatchSampler", "ResumableLoader", "eval_batches", "resolve_workers"]
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +62,8 @@ class EpochBatchSampler(Sampler):
     ``[k W b, (k + 1) W b)`` of it (``W`` processes, ``b`` the micro-batch); rank ``r`` takes the
     ``r``-th slice of ``b`` of them. The ranks are thus disjoint, and together see exactly what one
     process with micro-batch ``W b`` sees; the last partial global micro-step is dropped.
-    Lightning calls :meth:`set_epoch` at the start of every epoch, so a run resumed at an epoch
-    boundary sees exactly the batches an uninterrupted run would.
+    Lightning calls :meth:`set_epoch` at the start of every epoch; :meth:`resume_at` makes the next
+    pass over an epoch start after the batches a checkpoint says were consumed.
 
     Args:
         n: Examples in the training set.
@@ -76,18 +78,74 @@ class EpochBatchSampler(Sampler):
             raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
         self.n, self.batch_size, self.seed, self.epoch = n, batch_size, seed, 0
         self.rank, self.world_size = rank, world_size
+        self.skip: tuple[int, int] | None = None
+        """(epoch, batches): the next pass over that epoch starts after that many batches."""
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
+    def resume_at(self, epoch: int, consumed: int) -> None:
+        """The next pass over ``epoch`` yields its batches from number ``consumed`` on; a checkpoint
+        taken at the end of an epoch resumes at the start of the next one."""
+        if consumed >= len(self):
+            epoch, consumed = epoch + 1, 0
+        self.epoch, self.skip = epoch, (epoch, consumed)
+
+    def start(self) -> int:
+        """The batch the next pass starts at (0 but on the resumed epoch's first pass)."""
+        return self.skip[1] if self.skip is not None and self.skip[0] == self.epoch else 0
+
     def __iter__(self):
+        # The order is drawn when the pass starts (the first batch is asked for): after set_epoch.
         order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch))
+        first, self.skip = self.start(), None  # the skip serves one pass only
         step = self.batch_size * self.world_size
-        for start in range(self.rank * self.batch_size, len(self) * step, step):
-            yield order[start:start + self.batch_size].tolist()
+        for k in range(first, len(self)):  # global micro-step k: this rank's slice of it
+            begin = k * step + self.rank * self.batch_size
+            yield order[begin:begin + self.batch_size].tolist()
 
     def __len__(self) -> int:
         return self.n // (self.batch_size * self.world_size)
+
+
+class ResumableLoader(DataLoader):
+    """The train loader: a DataLoader that counts the batches it handed out in the current epoch
+    and saves (epoch, count) in every checkpoint.
+
+    Lightning saves the ``state_dict`` of a loader that has one with the fit loop's state and
+    hands it back to :meth:`load_state_dict` before it iterates again (its stateful-dataloader
+    support); the count is taken where batches leave the loader, so batches that worker processes
+    prefetched but the loop never used are not counted.
+
+    Args:
+        *args: DataLoader's.
+        epoch_sampler: The :class:`EpochBatchSampler` that orders the batches (the loader's sampler
+            or batch sampler).
+        **kwargs: DataLoader's.
+    """
+
+    def __init__(self, *args, epoch_sampler: EpochBatchSampler, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.epoch_sampler = epoch_sampler
+        self.consumed = 0
+
+    def __iter__(self):
+        self.consumed = self.epoch_sampler.start()
+        for batch in super().__iter__():
+            self.consumed += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch_sampler.epoch, "consumed": self.consumed,
+                "batches": len(self.epoch_sampler), "world_size": self.epoch_sampler.world_size}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        sampler = self.epoch_sampler
+        if (state["batches"], state["world_size"]) != (len(sampler), sampler.world_size):
+            # A checkpoint of another epoch length (another dataset size, batch or process count) has no place here.
+            raise ValueError(f"the checkpoint's train loader had {state['batches']} batches an epoch on "
+                             f"{state['world_size']} processes; this run has {len(sampler)} on {sampler.world_size}")
+        sampler.resume_at(state["epoch"], state["consumed"])
 
 
 def eval_batches(n: int, batch_size: int, rank: int = 0, world_size: int = 1) -> list[list[int]]:
@@ -211,12 +269,15 @@ class DataModule(L.LightningDataModule):
         assert self.splits is not None
         return self.splits
 
-    def _loader(self, dataset: Dataset, **kwargs) -> DataLoader:
-        return DataLoader(
+    def _loader(self, dataset: Dataset, loader: type[DataLoader] = DataLoader, **kwargs) -> DataLoader:
+        return loader(
             dataset,
             num_workers=self.num_workers,
             pin_memory=torch.cuda.is_available(),
             persistent_workers=self.num_workers > 0,
+            # Each new iterator draws a seed for its workers: from its own generator, not torch's
+            # global one, which the augmentation draws from and every checkpoint saves.
+            generator=torch.Generator().manual_seed(self.seed),
             **kwargs,
         )
 
@@ -235,8 +296,10 @@ class DataModule(L.LightningDataModule):
         if isinstance(train, FileSet):
             transform = (train_transform(self.img_size, self.crop_scale, hflip=self.hflip) if self.augment
                          else eval_transform(self.img_size))
-            return self._loader(FileDataset(train, transform), batch_sampler=sampler)
-        return self._loader(_BatchDataset(train), batch_size=None, sampler=sampler)
+            return self._loader(FileDataset(train, transform), ResumableLoader, batch_sampler=sampler,
+                                epoch_sampler=sampler)
+        return self._loader(_BatchDataset(train), ResumableLoader, batch_size=None, sampler=sampler,
+                            epoch_sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader(self._splits().val)

@@ -10,8 +10,11 @@ A run may use several processes (DDP: ``trainer.devices`` x ``trainer.num_nodes`
 the same epoch-seeded order (:class:`plasticity.data.datamodule.EpochBatchSampler`), and only
 rank 0 writes (checkpoints, metrics, weights; the record in :mod:`plasticity.job`).
 
-An interrupted run of the same config resumes from ``checkpoints/last.ckpt``; the metrics the
-interrupted part logged stay in ``metrics.part<k>.csv`` (the CSV logger starts a new file).
+An interrupted run of the same config resumes from its newest complete checkpoint
+(:func:`plasticity.runs.checkpoints.resumable`) exactly where it stopped: each checkpoint holds the
+loops' counters, the train loader's place inside its epoch, the generators' states and the
+config hash, so the resumed run computes what the uninterrupted one would have, bit for bit. The
+metrics the interrupted part logged stay in ``metrics.part<k>.csv`` (the CSV logger starts a new file).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from plasticity.adapters import apply_lora, check_job_adapter, export_merged
 from plasticity.components import AUTO, adapter_of, blocks_of, check_strategy, parse_component, strategy_of, tag_of
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
-from plasticity.runs.checkpoints import WEIGHTS_FILE, best_and_last, checkpoint_step, resumable
+from plasticity.runs.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT, WEIGHTS_FILE, best_and_last, checkpoint_step, resumable
+from plasticity.runs.record import config_hash
 from plasticity.runs.ranks import announce, is_rank_zero, num_nodes
 from plasticity.runs.record import optimizer_name
 from plasticity.validate import (
@@ -64,6 +68,8 @@ class Finetune(RecipeBase):
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
+        from plasticity.validate import check_optimizer
+
         super().validate(cfg, p, local)
         groups = check_strategy(cfg, p)
         if groups is not None:  # an adapter is checked against the groups it would adapt
@@ -71,7 +77,7 @@ class Finetune(RecipeBase):
         check_model(cfg, p)
         check_dataset(cfg, p, cfg.dataset.name, trains=True)
         check_dataset_values(cfg.dataset, p)
-        positive_number(p, "optimizer.lr", cfg.optimizer.get("lr"), "1e-2")
+        check_optimizer(cfg, p)
         check_steps(cfg.task, p, world_size(cfg.get("trainer")) or 1)
         check_trainer(cfg, p, local)
         check_callbacks(cfg, p)
@@ -93,6 +99,10 @@ class Finetune(RecipeBase):
         super().__init__(cfg, run_dir)
         self.auto_record: dict[str, Any] = {}
         """``component=auto``: the units chosen and the measurement behind them (empty otherwise)."""
+        self.trainer: "L.Trainer | None" = None
+        """The Lightning trainer once built (what :meth:`progress` reads)."""
+        self.config_hash = config_hash(cfg, self.sections)
+        """Saved in every checkpoint: a checkpoint of another config never resumes this run."""
 
     @property
     def world_size(self) -> int:
@@ -131,8 +141,8 @@ class Finetune(RecipeBase):
         net, selection = self.setup_selection(net, datamodule)
         module = self.setup_module(net, selection, datamodule)
         resume = self.resume_from()
-        checkpoint = best_and_last(self.run_dir)
-        trainer = self.setup_trainer(checkpoint)
+        checkpoint, last = best_and_last(self.run_dir)
+        trainer = self.trainer = self.setup_trainer([checkpoint, last])
         self.log_config(trainer, selection.counts, datamodule.split_hash)
         train_s = self.train(trainer, module, datamodule, resume)
         fields = {
@@ -170,7 +180,16 @@ class Finetune(RecipeBase):
         ranks take rank 0's, so every rank restarts at the same step."""
         if self.follower_resume is not None or not self.is_global_zero:
             return self.follower_resume  # rank 0 decided (and kept the metrics)
-        return resumable(self.run_dir, self.cfg.task.max_steps) if self.cfg.resume else None
+        return resumable(self.run_dir, self.cfg.task.max_steps, self.config_hash) if self.cfg.resume else None
+
+    def progress(self) -> dict[str, Any]:
+        """Where an interrupted run stopped: the optimizer steps done (``step``) and the step of its
+        newest checkpoint (``checkpoint_step``, where a relaunch resumes)."""
+        if self.trainer is None:
+            return {}
+        last = self.run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT
+        return {"step": int(self.trainer.global_step),
+                **({"checkpoint_step": checkpoint_step(last)} if last.is_file() else {})}
 
     def strategy_fields(self, selection: "Selection") -> dict[str, Any]:
         """What the record says about the configuration: its kind, groups, blocks, adapter and,
@@ -277,7 +296,7 @@ class Finetune(RecipeBase):
                 img_size, data.mean, data.std, train=train, crop_scale=tuple(data.crop_scale), hflip=data.hflip
             )
 
-        return FinetuneModule(
+        module = FinetuneModule(
             net,
             selection,
             datamodule.num_classes,
@@ -288,8 +307,10 @@ class Finetune(RecipeBase):
             eval_transform=transform(False),
             lr_scale=dict(self.cfg.component.lr_scale or {}),
         )
+        module.config_hash = self.config_hash
+        return module
 
-    def setup_trainer(self, checkpoint: "ModelCheckpoint") -> "L.Trainer":
+    def setup_trainer(self, checkpoints: list["ModelCheckpoint"]) -> "L.Trainer":
         """The Lightning trainer of ``trainer``, its callbacks (the checkpoints, the step progress bar,
         ``callbacks``) and loggers (``logger``), and what the task owns: steps, accumulation, validation."""
         import hydra
@@ -297,15 +318,16 @@ class Finetune(RecipeBase):
 
         from plasticity.devices import precision, trainer_on_cuda
         from plasticity.progress import StepProgressBar
+        from plasticity.runs.checkpoint_io import AtomicCheckpointIO
 
         task, trainer = self.cfg.task, self.cfg.trainer
-        callbacks = [checkpoint, *([StepProgressBar()] if trainer.enable_progress_bar else []),
+        callbacks = [*checkpoints, *([StepProgressBar()] if trainer.enable_progress_bar else []),
                      *instantiate_each(self.cfg.callbacks)]
         loggers = instantiate_each(self.cfg.logger)
         # Under SLURM, submitit owns the preemption signal and requeues the job (resuming from
         # last.ckpt); Lightning's own auto-requeue would fight it. The environment also gives the
         # ranks of a DDP job from srun's tasks (SLURM_PROCID, SLURM_NTASKS).
-        plugins = [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else None
+        plugins = [AtomicCheckpointIO(), *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])]
         return hydra.utils.instantiate(
             trainer,
             strategy="ddp" if trainer.strategy == "auto" and self.world_size > 1 else trainer.strategy,

@@ -19,7 +19,7 @@ import numpy as np
 
 from plasticity.components import GROUPS
 from plasticity.report.tables import block_means
-from plasticity.runs.checkpoints import DURING_TRAINING, METRICS_FILE, METRICS_PARTS
+from plasticity.runs.checkpoints import DURING_TRAINING, metrics_files
 from plasticity.runs.record import RESULT_FILE, visible_files
 
 __all__ = ["Problem", "Sweep", "analysis_plasticity", "check_sweep_dir", "claim_metrics", "collect", "group_values",
@@ -245,23 +245,26 @@ CSV_ERRORS = (OSError, UnicodeDecodeError, csv.Error, ValueError)
 def read_metrics(run_dir: str | Path, columns: Iterable[str]) -> tuple[dict[str, Series], list[Problem]]:
     """Per column, (steps, values) from the run's ``metrics.csv`` and the earlier
     ``metrics.part*.csv`` of resumed runs, skipping rows where it was not logged (empty arrays when
-    absent); and the files skipped as corrupt (truncated rows, non-numeric cells), as problems."""
+    absent); and the files skipped as corrupt (truncated rows, non-numeric cells), as problems.
+
+    A resumed run logs again the steps between its checkpoint and the interruption: a step's value
+    is the latest file's (the same number, the resume being exact), each step once, in step order.
+    """
     columns = list(columns)
-    run_dir = Path(run_dir)
-    series: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in columns}
+    points: dict[str, dict[float, float]] = {c: {} for c in columns}
     problems: list[Problem] = []
-    for path in sorted(run_dir.glob(METRICS_PARTS)) + [run_dir / METRICS_FILE]:  # the interrupted parts, then the last
+    for path in metrics_files(run_dir):  # the interrupted parts in order, then the last
         if not path.is_file():
             continue
         try:
-            points = _metric_points(path, columns)
+            found = _metric_points(path, columns)
         except CSV_ERRORS as err:
             problems.append((str(path), f"corrupt CSV ({err})"))
             continue
-        for column, (steps, values) in points.items():
-            series[column][0].extend(steps)
-            series[column][1].extend(values)
-    return {c: (np.asarray(s), np.asarray(v)) for c, (s, v) in series.items()}, problems
+        for column, (steps, values) in found.items():
+            points[column].update(zip(steps, values))
+    series = {c: sorted(p.items()) for c, p in points.items()}
+    return {c: (np.asarray([s for s, _ in pairs]), np.asarray([v for _, v in pairs])) for c, pairs in series.items()}, problems
 
 
 def read_metric(run_dir: str | Path, column: str, problems: list[Problem] | None = None) -> Series:

@@ -3,24 +3,34 @@ it), ``checkpoints/last.ckpt`` (the latest validation: an interrupted run resume
 ``metrics.csv`` (Lightning's CSV logger; a resumed run keeps the interrupted parts' as
 ``metrics.part<k>.csv``, k = 0, 1, ... in resume order), ``plasticity_during_training.csv`` and the
 exported ``weights.safetensors``.
+
+Every checkpoint is written whole or not at all (:class:`plasticity.runs.checkpoint_io.AtomicCheckpointIO`) and holds what an
+exact resume needs: the loops' counters, the train loader's place in its epoch, the generators'
+states and the config hash. A checkpoint that cannot resume the run never blocks it
+(:func:`resumable`).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-__all__ = ["CHECKPOINT_DIR", "DURING_TRAINING", "LAST_CHECKPOINT", "METRICS_FILE", "METRICS_PARTS", "WEIGHTS_FILE",
-           "best_and_last", "checkpoint_step", "keep_metrics", "resumable"]
+__all__ = ["BEST_CHECKPOINT", "CHECKPOINT_DIR", "CONFIG_HASH_KEY", "DURING_TRAINING",
+           "LAST_CHECKPOINT", "METRICS_FILE", "METRICS_PARTS", "WEIGHTS_FILE", "best_and_last", "checkpoint_problem",
+           "checkpoint_step", "keep_metrics", "metrics_files", "read_checkpoint", "resumable"]
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "checkpoints"
 LAST_CHECKPOINT = "last.ckpt"
+BEST_CHECKPOINT = "best.ckpt"
+CONFIG_HASH_KEY = "config_hash"
+"""The checkpoint's entry naming the config that wrote it (:func:`plasticity.runs.config_hash`)."""
 METRICS_FILE = "metrics.csv"
 METRICS_PARTS = "metrics.part*.csv"
 """The metrics of the interrupted parts of a resumed run (glob), read before ``metrics.csv``."""
@@ -32,65 +42,128 @@ per (step, group) with ``block=all`` (the mean over blocks); step 0 of a pretrai
 random init."""
 
 
-def best_and_last(run_dir: str | Path) -> "ModelCheckpoint":
-    """The checkpoint callback of a training run: ``best.ckpt`` by ``val/acc`` and ``last.ckpt``.
+def best_and_last(run_dir: str | Path) -> tuple["ModelCheckpoint", "ModelCheckpoint"]:
+    """The two checkpoint callbacks of a training run: ``best.ckpt`` (the best ``val/acc``) and
+    ``last.ckpt`` (every validation).
 
-    Both are overwritten in place (no ``-v1`` copies: a run directory holds one run), and saved at
-    each validation, the only time ``val/acc`` changes.
+    Two callbacks, because Lightning's ``save_last`` writes ``last.ckpt`` only at a validation that
+    also saved a top-k checkpoint: with ``save_top_k=1`` that is an improvement only, and a run
+    interrupted after a validation that did not improve would resume from an older step. Both
+    overwrite their file in place (no ``-v1`` copies: a run directory holds one run) at each
+    validation, the only time ``val/acc`` changes; best comes first, so ``last.ckpt`` holds its
+    updated state.
     """
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    return ModelCheckpoint(
-        dirpath=Path(run_dir) / CHECKPOINT_DIR,
-        filename="best",
-        monitor="val/acc",
-        mode="max",
-        save_last=True,
-        save_top_k=1,
-        enable_version_counter=False,
-        auto_insert_metric_name=False,
-    )
+    folder = Path(run_dir) / CHECKPOINT_DIR
+    best = ModelCheckpoint(dirpath=folder, filename=BEST_CHECKPOINT.removesuffix(".ckpt"), monitor="val/acc",
+                           mode="max", save_top_k=1, enable_version_counter=False, auto_insert_metric_name=False)
+    # monitor=None: saved at every validation end, the one file replaced each time.
+    last = ModelCheckpoint(dirpath=folder, filename=LAST_CHECKPOINT.removesuffix(".ckpt"), monitor=None,
+                           save_top_k=1, enable_version_counter=False, auto_insert_metric_name=False)
+    return best, last
 
 
 def checkpoint_step(path: str | Path) -> int | None:
-    """The optimizer step a Lightning checkpoint was saved at.
+    """The optimizer step a Lightning checkpoint was saved at (see :func:`read_checkpoint`)."""
+    return read_checkpoint(path).get("global_step")
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """A Lightning checkpoint of this run, on the CPU.
 
     ``weights_only=False``: a Lightning checkpoint also holds the loops', callbacks' and optimizer's
-    state (plain Python objects) that torch's weights-only loader refuses; the file is this run's own.
+    state and the generators' states (plain Python objects) that torch's weights-only loader
+    refuses; the file is this run's own.
     """
     import torch
 
-    return torch.load(path, map_location="cpu", weights_only=False).get("global_step")
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def metrics_files(run_dir: str | Path) -> list[Path]:
+    """The run's metric files in the order they were written: ``metrics.part0.csv``,
+    ``metrics.part1.csv``, ... (by number: part10 after part9), then ``metrics.csv``."""
+    run_dir = Path(run_dir)
+    parts = sorted(run_dir.glob(METRICS_PARTS), key=_part_number)
+    return [*parts, run_dir / METRICS_FILE]
+
+
+def _part_number(path: Path) -> int:
+    number = path.name[len("metrics.part"):-len(".csv")]
+    return int(number) if number.isdigit() else -1  # a hand-made name sorts first
 
 
 def keep_metrics(run_dir: str | Path) -> str:
     """Renames an interrupted run's ``metrics.csv`` to the next ``metrics.part<k>.csv`` (the CSV
-    logger of the resumed run would overwrite it); returns the log's note on it (empty if none)."""
+    logger of the resumed run would overwrite it); returns the log's note on it (empty if none).
+
+    A row the interruption cut short (the file does not end with a newline) is left out of the part:
+    the resumed run logs that step again.
+    """
     run_dir = Path(run_dir)
     metrics = run_dir / METRICS_FILE
     if not metrics.is_file():
         return ""
-    part = run_dir / f"metrics.part{len(list(run_dir.glob(METRICS_PARTS)))}.csv"
-    metrics.rename(part)
+    numbers = [_part_number(p) for p in run_dir.glob(METRICS_PARTS)]
+    part = run_dir / f"metrics.part{max(numbers, default=-1) + 1}.csv"
+    text = metrics.read_bytes()
+    if text and not text.endswith(b"\n"):
+        from plasticity.runs.io import atomic_path
+
+        with atomic_path(part) as tmp:
+            tmp.write_bytes(text[:text.rfind(b"\n") + 1])
+        metrics.unlink()
+    else:
+        metrics.rename(part)
     return f"; the metrics logged so far stay in {part.name}"
 
 
-def resumable(run_dir: str | Path, max_steps: int) -> str | None:
-    """``last.ckpt`` of an interrupted run in ``run_dir``, its metrics kept aside; None when there is none.
+CHECKPOINT_KEYS = ("global_step", "state_dict", "loops", "optimizer_states")
+"""What a checkpoint must hold to resume a run."""
 
-    Raises:
-        RuntimeError: ``last.ckpt`` cannot be read (a file cut short by a kill); the message says
-            how to restart.
+
+def resumable(run_dir: str | Path, max_steps: int, config_hash: str | None = None) -> str | None:
+    """The newest complete checkpoint of an interrupted run in ``run_dir``, its metrics kept
+    aside; None when there is none (the run starts at step 0).
+
+    ``last.ckpt`` first, then ``best.ckpt`` (an earlier validation; resuming there replays the
+    steps after it exactly). A checkpoint that cannot be read (cut short, garbage), lacks what a
+    resume needs, or was written by another config (``config_hash``) is moved aside to
+    ``<name>.unreadable-<time>`` (never deleted) and the log says what was done instead. Temporary
+    files of a checkpoint write that was killed are removed (they were never complete).
     """
-    last = Path(run_dir) / CHECKPOINT_DIR / LAST_CHECKPOINT
-    if not last.is_file():
-        return None
-    kept = keep_metrics(run_dir)
+    folder = Path(run_dir) / CHECKPOINT_DIR
+    for stale in folder.glob(".*.ckpt"):  # atomic_path's temporaries: a write that never finished
+        stale.unlink(missing_ok=True)
+    for name in (LAST_CHECKPOINT, BEST_CHECKPOINT):
+        path = folder / name
+        if not path.is_file():
+            continue
+        problem = checkpoint_problem(path, config_hash)
+        if problem is None:
+            step = checkpoint_step(path)
+            kept = keep_metrics(run_dir)
+            log.info("resuming an interrupted run from step %s of %d (%s)%s", step, max_steps, path, kept)
+            return str(path)
+        aside = path.with_name(f"{name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+        path.rename(aside)
+        log.warning("cannot resume from %s (%s): moved it to %s", path, problem, aside.name)
+    if any(folder.glob("*.unreadable-*")):
+        kept = keep_metrics(run_dir)
+        log.warning("no readable checkpoint left in %s: the run restarts from step 0%s", folder, kept)
+    return None
+
+
+def checkpoint_problem(path: Path, config_hash: str | None) -> str | None:
+    """Why ``path`` cannot resume this run (None: it can)."""
     try:
-        step = checkpoint_step(last)
-    except Exception as err:
-        raise RuntimeError(f"cannot resume: {last} is not a readable checkpoint ({type(err).__name__}: "
-                           f"{str(err).splitlines()[0]}). Fix: delete it to restart the run from step 0, or "
-                           f"resume=false.") from err
-    log.info("resuming an interrupted run from step %s of %d (%s)%s", step, max_steps, last, kept)
-    return str(last)
+        checkpoint = read_checkpoint(path)
+    except Exception as err:  # truncated zip, pickle garbage, an empty file: all unreadable
+        return f"not a readable checkpoint: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    if not isinstance(checkpoint, dict) or any(k not in checkpoint for k in CHECKPOINT_KEYS):
+        return "not a Lightning training checkpoint"
+    saved = checkpoint.get(CONFIG_HASH_KEY)
+    if config_hash is not None and saved is not None and saved != config_hash:
+        return f"written by another config (config hash {saved}, this run's {config_hash})"
+    return None

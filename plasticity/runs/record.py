@@ -1,7 +1,8 @@
 """Run records: the ``result.json`` of each run directory, its config identity and conflicts.
 
 A record holds at least ``task, dataset, model, ..., seed, status`` (``done`` | ``diverged`` |
-``failed``), the recipe's results, ``wall_s`` and ``config_hash``; ``error`` when failed.
+``interrupted`` | ``failed``), the recipe's results, ``wall_s`` and ``config_hash``; ``error`` when
+not done; an interrupted run also ``step`` (reached) and ``checkpoint_step`` (where it resumes).
 Accuracies are fractions in [0, 1]. :func:`config_hash` covers exactly the config keys that
 change what a run computes; :func:`config_diff` names them when two configs differ.
 """

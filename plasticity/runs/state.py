@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 from plasticity.runs.checkpoints import CHECKPOINT_DIR, METRICS_FILE, METRICS_PARTS
 from plasticity.runs.lock import LOCK_FILE, lock_holder
+from plasticity.runs.stop import INTERRUPTED
 from plasticity.runs.record import (
     CONFIG_FILE, ERROR_FILE, FINISHED, RESULT_FILE, STARTED_FILE, config_diff, digest, protocol, read_result,
 )
@@ -92,14 +93,16 @@ def inspect_run(run_dir: str | Path, cfg: Any, sections: tuple[str, ...], locked
     diff = _diff(run_dir, record, new, new_hash, sections)
     if record is not None and record.get("status") in FINISHED:
         return RunState("conflict" if diff else "finished", record, diff)
-    if record is None:  # started, never finished: interrupted (killed, preempted, timed out)
-        return RunState("conflict" if diff else "resume", None, diff)
+    if record is None or record.get("status") == INTERRUPTED:
+        # Started, never finished: killed (no record), or stopped by a signal or a full disk (recorded).
+        return RunState("conflict" if diff else "resume", record, diff)
     return RunState("failed", record, diff)
 
 
 def conflict_message(run_dir: Path, state: RunState, limit: int = 6) -> str:
     """The error for a launch that would touch a finished or interrupted run of another config."""
-    what = (f"a finished run ({state.record.get('status')}{_accuracy(state.record)})" if state.record
+    finished = state.record is not None and state.record.get("status") in FINISHED
+    what = (f"a finished run ({state.record.get('status')}{_accuracy(state.record)})" if finished
             else "an interrupted run (resumable)")
     shown = ", ".join(f"{k}: {_fmt(old)} -> {_fmt(new)}" for k, old, new in state.diff[:limit])
     more = f" (+{len(state.diff) - limit} more)" if len(state.diff) > limit else ""
