@@ -254,13 +254,14 @@ class SweepSummary(Callback):
         records = [r for p in sorted(folder.glob("*.json")) if (r := read_json(p))]
         con = console()
         con.print(results_table(records, title=f"sweep {self.sweep_id}: {len(records)} runs"))
-        counts = {s: sum(r.get("status") == s for r in records) for s in ("done", "diverged", "failed", "running",
-                                                                           "rejected")}
+        counts = {s: sum(r.get("status") == s for r in records) for s in ("done", "diverged", "interrupted", "failed",
+                                                                           "running", "rejected")}
         skipped = sum(bool(r.get("skipped")) and r.get("status") != "running" for r in records)
-        con.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | failed "
+        con.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | interrupted "
+                  f"{counts['interrupted']} (relaunch to resume) | failed "
                   f"{counts['failed']} | running elsewhere {counts['running']} | rejected {counts['rejected']} | "
                   f"journal {folder}", highlight=False)
-        failed = [r for r in records if r.get("status") in ("failed", "rejected")]
+        failed = [r for r in records if r.get("status") in ("failed", "rejected", "interrupted")]
         for r in failed:
             con.print(f"[red]{r.get('status')}[/red] " + escape(f"{r.get('run_dir')}: {r.get('error')}"),
                       highlight=False)
