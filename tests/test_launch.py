@@ -185,7 +185,7 @@ def test_plasticity_and_bounds_tasks_write_their_files(tmp_path, data_dir):
     proc = launch(tmp_path, data_dir, "task=plasticity", "task.save_rates=true", *common, base=ANALYSIS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = tmp_path / "outputs" / "plasticity" / "fashion_mnist_c" / "contrast" / "vit_micro_patch7_28"
-    run = out / "embedding_sequential_ref_fashion_mnist" / "seed_0"
+    run = out / "embedding_sequential_ref_fashion_mnist" / "pairs_30" / "batch_8" / "seed_0"
     lines = (run / "plasticity.csv").read_text().splitlines()
     assert lines[0].startswith("group,block,depth_pct,mean,std,ci95_low,ci95_high,n_pairs,distinct_pairs,mode")
     assert len(lines) == 1 + 5 * 2  # 5 groups x 2 blocks
@@ -203,7 +203,7 @@ def test_plasticity_and_bounds_tasks_write_their_files(tmp_path, data_dir):
     proc = launch(tmp_path, data_dir, "task=bounds", *common, base=ANALYSIS)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = (tmp_path / "outputs" / "bounds" / "fashion_mnist_c" / "contrast" / "vit_micro_patch7_28"
-           / "ref_fashion_mnist" / "seed_0")
+           / "ref_fashion_mnist" / "pairs_30" / "batch_8" / "seed_0")
     bounds = (run / "bounds.csv").read_text().splitlines()
     assert bounds[0] == "group,block,bound,value" and len(bounds) == 1 + 2 * 7
     assert (run / "bounds.png").is_file() and json.loads((run / "token_stats.json").read_text())["n"] == 17

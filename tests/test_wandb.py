@@ -180,7 +180,7 @@ def test_plasticity_task_logs_its_table_and_figures(tmp_path, data_dir):
                   "task.reference=fashion_mnist", "task.n_pairs=30", "task.batch_size=8", base=["debug=analysis"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     path = (tmp_path / "outputs" / "plasticity" / "fashion_mnist_c" / "contrast" / "vit_micro_patch7_28"
-            / "embedding_sequential_ref_fashion_mnist" / "seed_0")
+            / "embedding_sequential_ref_fashion_mnist" / "pairs_30" / "batch_8" / "seed_0")
     run = only_run(path)
     assert run.job_type == "plasticity" and run.summary["status"] == "done"
     assert table_keys(run) == {"plasticity"}

@@ -86,7 +86,9 @@ class AnalysisRecipe(RecipeBase):
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
-        return {**super().identity(cfg), "reference": cfg.task.reference}
+        task = cfg.task  # the pairs and their batch name the run as its path does (conf/task/<name>.yaml)
+        return {**super().identity(cfg), "reference": task.reference, "n_pairs": task.n_pairs,
+                "batch_size": task.batch_size}
 
     def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
         super().__init__(cfg, run_dir)
