@@ -9,7 +9,9 @@ resolvers the ``conf/`` files use:
 - ``${groups:}``: the paper's five component groups (:data:`plasticity.components.GROUPS`);
 - ``${optimizer_name:<_target_>}``: ``torch.optim.SGD`` -> ``sgd``, the optimizer's name in run paths;
 - ``${component_tag:<name>,<blocks>,<adapter>}``: the configuration's name in run paths
-  (``mha``, ``mha+fc1_b8-11``, ``mha_lora_r8``; :func:`plasticity.components.component_tag`).
+  (``mha``, ``mha+fc1_b8-11``, ``mha_lora_r8``; :func:`plasticity.components.component_tag`);
+- ``${report_dir:<optimizer>}``: ``task=report``'s folder, ``report`` or ``report_<optimizer>``
+  (:func:`plasticity.report.writer.report_folder`).
 
 Subpackages: :mod:`~plasticity.data`, :mod:`~plasticity.recipes` (one per task),
 :mod:`~plasticity.runs` (records, locks), :mod:`~plasticity.report` (tables, figures, summary),
@@ -30,10 +32,18 @@ def run_id(text: str) -> str:
     return hashlib.sha1(str(text).encode()).hexdigest()[:16]
 
 
+def report_dir(optimizer: str | None = None) -> str:
+    """``task=report``'s folder name (:func:`plasticity.report.writer.report_folder`)."""
+    from plasticity.report.writer import report_folder  # numpy and matplotlib: only a report's config resolves it
+
+    return report_folder(optimizer)
+
+
 # replace=True: importing the package again (a test's reload, a job's fresh interpreter) re-registers them.
 OmegaConf.register_new_resolver("run_id", run_id, replace=True)
 OmegaConf.register_new_resolver("groups", lambda: list(GROUPS), replace=True)
 OmegaConf.register_new_resolver("optimizer_name", optimizer_name, replace=True)
 OmegaConf.register_new_resolver("component_tag", component_tag, replace=True)
+OmegaConf.register_new_resolver("report_dir", report_dir, replace=True)
 
 __version__ = "0.2.0"

@@ -17,3 +17,11 @@ def test_analyses_on_other_pairs_or_batches_get_their_own_run_paths(task, key, p
     first, other = (run_dir(f"task={task}", f"task.{key}={n}") for n in (32, 64))
     assert first != other and first.endswith("/seed_0") and other.endswith("/seed_0")
     assert f"/{part}_32" in first and f"/{part}_64" in other
+
+
+def test_a_report_of_one_optimizer_has_its_own_folder(tmp_path):
+    """``task=report task.optimizer=adamw`` writes report_adamw/, beside (never over) the sweep's report/."""
+    sweep = f"sweep_dir={tmp_path}"
+    assert run_dir("task=report", sweep) == f"{tmp_path}/report"
+    assert run_dir("task=report", sweep, "task.optimizer=adamw") == f"{tmp_path}/report_adamw"
+    assert run_dir("task=report", sweep, "task.optimizer=sgd") == f"{tmp_path}/report_sgd"

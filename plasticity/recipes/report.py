@@ -18,7 +18,8 @@ log = logging.getLogger(__name__)
 
 @register
 class Report(RecipeBase):
-    """Recipe of ``task=report``: reads every record under ``sweep_dir``, writes ``<sweep_dir>/report/``."""
+    """Recipe of ``task=report``: reads every record under ``sweep_dir``, writes ``<sweep_dir>/report/``
+    (``report_<optimizer>/`` with ``task.optimizer``: :func:`plasticity.report.writer.report_folder`)."""
 
     name = "report"
     sections = ("task", "sweep_dir")

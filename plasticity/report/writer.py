@@ -82,10 +82,17 @@ from plasticity.runs.checkpoints import DURING_TRAINING
 from plasticity.runs.io import write_csv_atomic, write_text_atomic
 from plasticity.runs.record import flatten
 
-__all__ = ["ReportError", "ReportResult", "sweep_claims", "write_report"]
+__all__ = ["ReportError", "ReportResult", "report_folder", "sweep_claims", "write_report"]
 
 IDENTITY_COLUMNS = ("run_dir", "task", "dataset", "model", "component", "optimizer", "lr", "seed", "status")
 """The first columns of ``runs.csv``; the other record fields follow in first-seen order."""
+
+
+def report_folder(optimizer: str | None = None) -> str:
+    """The report's folder name in the sweep directory: ``report``, or ``report_<optimizer>`` for the
+    runs of one optimizer (so the AdamW report never overwrites the whole sweep's). Also the
+    ``${report_dir:}`` resolver of ``task=report``'s output folder."""
+    return "report" if optimizer is None else f"report_{optimizer}"
 
 
 class ReportError(ValueError):
@@ -135,8 +142,7 @@ def write_report(sweep_dir: str | Path, select: str = "val", out_dir: str | Path
     sweep = collect(sweep_dir)
     if optimizer is not None:
         _keep_optimizer(sweep, optimizer)
-    default = "report" if optimizer is None else f"report_{optimizer}"
-    out = Path(out_dir) if out_dir is not None else sweep.root / default
+    out = Path(out_dir) if out_dir is not None else sweep.root / report_folder(optimizer)
     problems = list(sweep.problems)
     runs = sweep.finetune + sweep.probe
     write_runs_csv(runs, out / "runs.csv")

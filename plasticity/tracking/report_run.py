@@ -58,10 +58,12 @@ def log_report(cfg: DictConfig, report_dir: str | Path, sweep_dir: str | Path) -
 
     report_dir, sweep_dir = Path(report_dir), Path(sweep_dir)
     runs = read_rows(report_dir / "runs.csv")
-    key = f"report:{sweep_dir.resolve()}"  # one W&B run per sweep: a rebuilt report updates it
+    optimizer = cfg.task.get("optimizer")
+    only = f":{optimizer}" if optimizer else ""  # one optimizer's report is a run of its own, as its folder
+    key = f"report:{sweep_dir.resolve()}{only}"  # one W&B run per sweep (and filter): a rebuilt report updates it
     run = open_run(cfg, {"task": "report", "sweep_dir": str(sweep_dir.resolve())}, report_dir,
                    job_type="report", group=report_group(runs, sweep_dir), id=run_id(key),
-                   name=f"report/{sweep_dir.resolve().name}", tags=["report"])
+                   name=f"report/{sweep_dir.resolve().name}{only}", tags=["report"])
     payload: dict[str, Any] = {}
     for name in TABLES:
         if rows := read_rows(report_dir / f"{name}.csv"):
