@@ -282,6 +282,24 @@ def component_tag(name: str, blocks=None, adapter=None, budget=None) -> str:
     return tag
 
 
+PROBE = "probe"
+"""The tag of the paper's linear probe (``task=linear_probe``: the last block's output, mean-pooled)."""
+
+
+def probe_tag(features: str = "block_output", pool: str | None = "mean") -> str:
+    """A linear probe's configuration tag: :data:`PROBE` for the paper's features, else ``probe_<features>``
+    and, for the last block's output, ``_<pool>`` (``probe_block_output_cls``; ``probe_pre_logits``, pooled
+    by the model itself). Each is its own configuration in the report."""
+    if features == "block_output" and pool == "mean":
+        return PROBE
+    return f"{PROBE}_{features}" + (f"_{pool}" if features == "block_output" else "")
+
+
+def is_probe(tag: str) -> bool:
+    """``tag`` names a linear probe (:func:`probe_tag`)."""
+    return tag == PROBE or str(tag).startswith(f"{PROBE}_")
+
+
 _BLOCKS_TAG = re.compile(r"^b\d+(-\d+|(\.\d+)*)$")
 _RANK_TAG = re.compile(r"^r\d+$")
 _BUDGET_TAG = re.compile(r"^budget(?P<budget>\d+(\.\d*)?(e-?\d+)?)$")

@@ -82,7 +82,8 @@ def test_multirun_grid_then_relaunch_skips_everything(tmp_path, data_dir):
     assert report.returncode == 0, report.stderr[-3000:]
     with open(tmp_path / "outputs" / "finetune" / "report" / "table6.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == ["dataset", "group", "strategy", "label", "params", "lr", "mean", "std", "n_seeds"]
+    assert list(rows[0]) == ["dataset", "group", "strategy", "label", "params", "lr", "mean", "std", "n_seeds",
+                             "n_datasets"]
     chosen = {row["group"]: row for row in rows if row["dataset"] == "fashion_mnist"}
     for group in ("ln1", "fc1"):  # the lr with the better validation accuracy, its test accuracy in %
         best = max((records[(group, lr)] for lr in (0.01, 0.1)), key=lambda r: r["best_val_acc"])

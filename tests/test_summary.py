@@ -65,3 +65,23 @@ def test_summary_lists_corrupt_files_and_goes_on(tmp_path):
     cells = columns(summary_table(tmp_path, "ds", "m", problems))
     assert cells["component"] == ["mha"] and cells["test acc %"] == ["40.00"] and cells["plasticity P(f)"] == ["-"]
     assert [path for path, _ in problems] == [str(bad / "result.json"), str(p / "plasticity.csv")]
+
+
+def test_the_command_shows_every_target(tmp_path, capsys):
+    """Without --dataset, one table per target with records (the quickstart's six), not one."""
+    from plasticity.report.summary import main
+
+    write_run(tmp_path, "mha", 0.1, 0, 0.5, 0.4)
+    other = write_run(tmp_path, "ln1", 0.1, 0, 0.6, 0.55)
+    record = json.loads((other / "result.json").read_text())
+    moved = tmp_path / "finetune" / "c" / "snow" / "m" / "ln1" / "sgd_lr_0.1" / "seed_0"
+    moved.mkdir(parents=True)
+    (moved / "result.json").write_text(json.dumps({**record, "dataset": "c/snow"}))
+    (other / "result.json").unlink()
+    main(["--outputs", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "c/snow / m: finetuning" in out and "ds / m: finetuning" in out
+    assert "55.00" in out and "40.00" in out
+    main(["--outputs", str(tmp_path), "--dataset", "ds"])
+    out = capsys.readouterr().out
+    assert "ds / m: finetuning" in out and "c/snow" not in out

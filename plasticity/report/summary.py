@@ -1,7 +1,8 @@
 """``python -m plasticity.report.summary``: the quickstart table, finetuning accuracy next to plasticity and its bound.
 
-For one dataset and model under ``--outputs``, one row per component group (then any other
-configuration of the sweep: combinations, LoRA, auto, the linear probe of ``task=linear_probe``):
+One table per target: every (dataset, model) with finetuning or linear-probe records under
+``--outputs`` (or only ``--dataset`` / ``--model``). Per target, one row per component group (then
+any other configuration of the sweep: combinations, LoRA, auto, the linear probe of ``task=linear_probe``):
 
 - trainable params (of the first seed at the chosen lr), best val acc and test acc: the report's "best run" rule
   (:func:`plasticity.report.tables.best_per_component`, Table 6 with ``select=val``): the learning
@@ -70,6 +71,14 @@ def best_runs(root: Path, dataset: str, model: str, problems: list[Problem]) -> 
     return best_per_component(done_cells(runs), dataset, "val")
 
 
+def targets(root: Path, dataset: str | None = None, model: str | None = None) -> list[tuple[str, str]]:
+    """Every (dataset, model) with finetuning or linear-probe records under ``<root>/finetune`` (and the
+    probes beside it), sorted, keeping only ``dataset`` and ``model`` when given."""
+    sweep = collect(Path(root) / "finetune")
+    found = {(r["dataset"], r["model"]) for _, r in sweep.finetune + sweep.probe}
+    return sorted((d, m) for d, m in found if dataset in (None, d) and model in (None, m))
+
+
 def _fmt(value: object, spec: str) -> str:
     return "-" if value is None else spec.format(value)
 
@@ -132,23 +141,30 @@ def pretraining_line(root: Path, model: str, problems: list[Problem] | None = No
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m plasticity.report.summary --outputs outputs [--dataset D] [--model M]``."""
+    """``python -m plasticity.report.summary --outputs outputs [--dataset D] [--model M]``: a table per target."""
     from plasticity.console import console
 
     parser = argparse.ArgumentParser(prog="python -m plasticity.report.summary", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--outputs", type=Path, default=Path("outputs"))
-    parser.add_argument("--dataset", default="fashion_mnist_c/motion_blur")
-    parser.add_argument("--model", default="vit_micro_patch7_28")
+    parser.add_argument("--dataset", default=None, help="only this target (default: every one with records)")
+    parser.add_argument("--model", default=None, help="only this model (default: every one with records)")
     args = parser.parse_args(argv)
     con, problems = console(), []
-    con.print(summary_table(args.outputs, args.dataset, args.model, problems))
-    line = ranking_line(args.outputs, args.dataset, args.model)
-    if line:
-        con.print(line)
-    line = pretraining_line(args.outputs, args.model, problems)
-    if line:
-        con.print(line)
+    found = targets(args.outputs, args.dataset, args.model)
+    if not found:
+        con.print(f"no finetuning or linear-probe records under {args.outputs / 'finetune'}", highlight=False)
+    for dataset, model in found:
+        skipped: list[Problem] = []  # the problems of the whole sweep: listed once, below
+        con.print(summary_table(args.outputs, dataset, model, skipped))
+        problems += [p for p in skipped if p not in problems]
+        line = ranking_line(args.outputs, dataset, model)
+        if line:
+            con.print(line)
+    for model in sorted({m for _, m in found}):
+        line = pretraining_line(args.outputs, model, problems)
+        if line:
+            con.print(line)
     for path, reason in problems:
         con.print(f"[yellow]skipped {path}: {reason}[/yellow]")
     con.print(f"runs, metrics and figures: {args.outputs.resolve()}")
