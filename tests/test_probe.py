@@ -205,6 +205,34 @@ def test_identity_is_what_the_report_reads():
         "component": "probe", "optimizer": "lbfgs", "lr": None, "seed": 0}
 
 
+def test_probes_on_other_features_are_configurations_of_their_own(tmp_path):
+    """The probe's features and pool name its configuration (its record's component), so the report
+    gives each variant its own Table 6 column instead of pooling them as seeds of one; an old record
+    without the tag gets it from its features."""
+    import csv
+
+    from plasticity.recipes import get
+    from plasticity.report import write_report
+
+    identity = get("linear_probe").identity
+    assert [identity(task_cfg(**changes))["component"] for changes in ({}, {"pool": "cls"}, {"features": "pre_logits"})
+            ] == ["probe", "probe_block_output_cls", "probe_pre_logits"]
+    variants = {("block_output", "mean", "probe"): 0.70, ("block_output", "cls", "probe"): 0.60,  # old: "probe"
+                ("pre_logits", "model:token", "probe_pre_logits"): 0.80}
+    for (features, pool, component), acc in variants.items():
+        run = tmp_path / "linear_probe" / "d0" / "m" / "probe" / f"{features}_{pool}" / "seed_0"
+        run.mkdir(parents=True)
+        (run / "result.json").write_text(json.dumps(dict(
+            task="linear_probe", dataset="d0", model="m", component=component, optimizer="lbfgs", lr=None, seed=0,
+            status="done", best_val_acc=acc, test_acc=acc, features=features, pool=pool, strategy="probe")))
+    result = write_report(tmp_path)
+    rows = {r["group"]: r for r in csv.DictReader(open(result.path.parent / "table6.csv")) if r["dataset"] == "d0"}
+    assert {g: float(r["mean"]) for g, r in rows.items()} == {
+        "probe": 70.0, "probe_block_output_cls": 60.0, "probe_pre_logits": 80.0}
+    assert all(r["n_seeds"] == "1" and r["strategy"] == "probe" for r in rows.values())
+    assert "share a seed" not in result.path.read_text()
+
+
 def test_every_bad_task_value_is_named_with_its_choices_or_range():
     from plasticity.recipes.linear_probe import check_probe_task
 

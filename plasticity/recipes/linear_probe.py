@@ -71,8 +71,12 @@ class LinearProbe(RecipeBase):
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
-        return {"task": cls.name, "dataset": cfg.dataset.name, "model": cfg.model.name, "component": "probe",
-                "optimizer": "lbfgs", "lr": None, "seed": cfg.seed}
+        from plasticity.components import probe_tag
+
+        # the features are the configuration: a probe on other features is another column of the report
+        return {"task": cls.name, "dataset": cfg.dataset.name, "model": cfg.model.name,
+                "component": probe_tag(cfg.task.features, cfg.task.pool), "optimizer": "lbfgs", "lr": None,
+                "seed": cfg.seed}
 
     def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
         super().__init__(cfg, run_dir)

@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from plasticity.components import GROUPS
+from plasticity.components import GROUPS, probe_tag
 from plasticity.report.tables import block_means
 from plasticity.runs.checkpoints import DURING_TRAINING, metrics_files
 from plasticity.runs.record import RESULT_FILE, visible_files
@@ -205,7 +205,16 @@ def _read(sweep: Sweep, root: Path, tasks: tuple[str, ...]) -> None:
         if problem:
             sweep.problems.append((str(path), problem))
         elif record["task"] in tasks:
-            lists[record["task"]].append((path.parent, record))
+            lists[record["task"]].append((path.parent, probe_config(record)))
+
+
+def probe_config(record: dict) -> dict:
+    """A linear probe's record with its configuration from its features and pool
+    (:func:`plasticity.components.probe_tag`; records written before the tag held them say ``probe``
+    whatever their features); any other record as it is."""
+    if record["task"] != PROBE_TASK or "features" not in record:
+        return record
+    return {**record, "component": probe_tag(record["features"], record.get("pool"))}
 
 
 def _number(text: str, column: str, line: int) -> float:

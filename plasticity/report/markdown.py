@@ -9,7 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from plasticity.report.claims import ALPHA, MIN_TARGETS, verdict_text
-from plasticity.report.tables import AVERAGE, LINEAR_PROBE, PROBE, column_labels, linear_probe_baseline, ordered_groups
+from plasticity.components import is_probe
+from plasticity.report.tables import (
+    AVERAGE,
+    LINEAR_PROBE,
+    PROBE,
+    column_labels,
+    linear_probe_baseline,
+    ordered_groups,
+    partial_averages,
+)
 
 PROBLEMS_HEADING = "## Problems (files that could not be used)"
 
@@ -57,7 +66,10 @@ PROBE_NOTES = {
 
 def probe_note(groups) -> str:
     """The line saying which configuration stands for linear probing (:data:`PROBE_NOTES`)."""
-    return PROBE_NOTES[linear_probe_baseline(groups)]
+    baseline = linear_probe_baseline(groups)
+    if baseline is not None and is_probe(baseline) and baseline != PROBE:  # only a variant on other features
+        return f"linear probing: logistic-regression probe {baseline} (task=linear_probe)"
+    return PROBE_NOTES[baseline]
 
 
 def rows_md(rows: list[dict], columns: list[str]) -> str:
@@ -68,22 +80,33 @@ def rows_md(rows: list[dict], columns: list[str]) -> str:
 def table6_md(rows: list[dict]) -> str:
     """Datasets as rows, configurations as columns headed by their label and trainable parameters
     (the average row's median, e.g. "MHA (28.3M)"), cells "mean ± std" (average row and cells of one
-    seed: mean only)."""
+    seed: mean only). An average over fewer datasets than the others says over how many ("84.38
+    (1 of 6)"): it is not comparable with the averages beside it."""
     groups = ordered_groups(r["group"] for r in rows)
     by = {(r["dataset"], r["group"]): r for r in rows}
     labels = column_labels(groups)
     params = {r["group"]: r.get("params") for r in rows if r["dataset"] == AVERAGE}
     datasets = sorted({r["dataset"] for r in rows} - {AVERAGE}) + [AVERAGE]
+    most, partial = partial_averages(rows)
     body = []
     for d in datasets:
         line = [d]
         for g in groups:
-            r = by.get((d, g))
-            line.append("" if r is None else f"{r['mean']:.2f}" if d == AVERAGE or r.get("n_seeds", 2) < 2
-                        else f"{r['mean']:.2f} ± {r['std']:.2f}")
+            line.append(_table6_cell(by.get((d, g)), partial, most))
         body.append(line)
     header = [labels[g] + (f" ({fmt_params(params[g])})" if params.get(g) is not None else "") for g in groups]
     return md_table(["dataset"] + header, body)
+
+
+def _table6_cell(row: dict | None, partial: dict[str, int], most: int) -> str:
+    """One Table 6 cell: "mean ± std", the mean alone (an average, one seed), and an average over
+    fewer datasets than the others with their count (see :func:`table6_md`)."""
+    if row is None:
+        return ""
+    if row["dataset"] == AVERAGE:
+        count = partial.get(row["group"])
+        return f"{row['mean']:.2f}" + (f" ({count} of {most})" if count else "")
+    return f"{row['mean']:.2f}" if row.get("n_seeds", 2) < 2 else f"{row['mean']:.2f} ± {row['std']:.2f}"
 
 
 def claims_md(rows: list[dict]) -> str:

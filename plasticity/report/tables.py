@@ -25,7 +25,7 @@ from typing import Iterable
 import numpy as np
 from scipy import stats
 
-from plasticity.components import BASELINES, GROUPS, TABLE_ORDER, label, parse_tag
+from plasticity.components import BASELINES, GROUPS, PROBE, TABLE_ORDER, is_probe, label, parse_tag
 from plasticity.components import strategy_of as component_strategy
 
 AVERAGE = "average"
@@ -34,9 +34,9 @@ FULL, LINEAR_PROBE = BASELINES
 """Full finetuning (``all``) and linear probing (``head``), the baselines."""
 TABLE1_GROUPS = tuple(g for g in GROUPS if g != "mha") + (FULL,)
 """The groups Table 1 compares against MHA."""
-PROBE = "probe"
-"""The ``component`` (and ``strategy``) of the logistic-regression linear probe (``task=linear_probe``)."""
-TABLE6_COLUMNS = ("dataset", "group", "strategy", "label", "params", "lr", "mean", "std", "n_seeds")
+# PROBE: the ``component`` (and ``strategy``) of the paper's logistic-regression linear probe (``task=linear_probe``);
+# its variants on other features are configurations of their own (:func:`plasticity.components.probe_tag`).
+TABLE6_COLUMNS = ("dataset", "group", "strategy", "label", "params", "lr", "mean", "std", "n_seeds", "n_datasets")
 SELECT_KEYS = {"val": "best_val_acc", "test": "test_acc"}
 """``select`` -> the record field that picks the learning rate."""
 KINDS = ("group", "full", "head", "combination", "lora", "auto", PROBE)
@@ -58,7 +58,7 @@ def tag_strategy(tag: str) -> str:
     ``all`` -> ``full``, ``head`` -> ``head``, ``probe`` -> ``probe``, ``auto`` -> ``auto``, an
     adapter suffix -> the adapter (``lora``), several groups or a block subset -> ``combination``,
     one group -> ``group``."""
-    if tag == PROBE:
+    if is_probe(tag):
         return PROBE
     parts = parse_tag(tag)
     if parts is None:
@@ -85,8 +85,9 @@ def strategy_label(tag: str) -> str:
     ``linear probe (logistic regression)``); an unknown tag as it is."""
     if tag in PAPER_GROUPS:
         return label(tag)
-    if tag == PROBE:
-        return "linear probe (logistic regression)"
+    if is_probe(tag):  # probe_block_output_cls -> "(logistic regression, block_output cls)"
+        variant = str(tag)[len(PROBE) + 1:].replace("block_output_", "block_output ")
+        return "linear probe (logistic regression" + (f", {variant})" if variant else ")")
     parts = parse_tag(tag)
     if parts is None:
         return tag
@@ -101,10 +102,12 @@ def strategy_label(tag: str) -> str:
 
 
 def linear_probe_baseline(groups: Iterable[str]) -> str | None:
-    """The configuration that stands for "linear probing": the logistic-regression probe
-    (``probe``) when the sweep has it, else SGD on the head (``head``), else None."""
+    """The configuration that stands for "linear probing": the paper's logistic-regression probe
+    (``probe``) when the sweep has it, else its first variant on other features, else SGD on the
+    head (``head``), else None."""
     groups = set(groups)
-    return PROBE if PROBE in groups else LINEAR_PROBE if LINEAR_PROBE in groups else None
+    probes = sorted(g for g in groups if is_probe(g))
+    return PROBE if PROBE in groups else probes[0] if probes else LINEAR_PROBE if LINEAR_PROBE in groups else None
 
 
 def column_labels(groups: Iterable[str]) -> dict[str, str]:
@@ -112,8 +115,9 @@ def column_labels(groups: Iterable[str]) -> dict[str, str]:
     (:func:`linear_probe_baseline`) and, beside the probe, the head is "SGD head"."""
     groups = list(groups)
     labels = {g: strategy_label(g) for g in groups}
-    if linear_probe_baseline(groups) == PROBE:
-        labels[PROBE] = "linear probing"
+    baseline = linear_probe_baseline(groups)
+    if baseline is not None and is_probe(baseline):
+        labels[baseline] = "linear probing"
         if LINEAR_PROBE in labels:
             labels[LINEAR_PROBE] = "SGD head"
     return labels
@@ -221,7 +225,8 @@ def table6(cells: Cells, select: str = "val") -> list[dict]:
     its ``strategy`` and ``label``, ``params`` (median ``trainable_params`` of its done records on
     that dataset, any lr), the chosen lr (None for the probe), mean and std of the test accuracy
     (%) over seeds, and the test accuracies themselves (``accs``). Then one ``average`` row per
-    configuration (mean of the means; ``params``: the median over every dataset's records)."""
+    configuration (mean of the means; ``params``: the median over every dataset's records;
+    ``n_datasets``: how many datasets that mean is over, which :func:`partial_averages` compares)."""
     rows = []
     labels = column_labels({g for _, g, _ in cells})
     for dataset in sorted({d for d, _, _ in cells}):
@@ -237,8 +242,17 @@ def table6(cells: Cells, select: str = "val") -> list[dict]:
         records = [r for (_, g, _), rs in cells.items() if g == group for r in rs]
         rows.append({"dataset": AVERAGE, "group": group, "strategy": mine[0]["strategy"], "label": labels[group],
                      "params": median_params(records), "lr": None, "mean": float(np.mean([r["mean"] for r in mine])),
-                     "std": float("nan"), "n_seeds": None, "accs": []})
+                     "std": float("nan"), "n_seeds": None, "n_datasets": len(mine), "accs": []})
     return rows
+
+
+def partial_averages(rows: list[dict]) -> tuple[int, dict[str, int]]:
+    """The most datasets an ``average`` row of :func:`table6` is over, and the configurations whose
+    average is over fewer (group -> its count): a configuration run on one target is not comparable
+    with averages over six, and tables and figures say so."""
+    counts = {r["group"]: r["n_datasets"] for r in rows if r["dataset"] == AVERAGE and r.get("n_datasets")}
+    most = max(counts.values(), default=0)
+    return most, {g: n for g, n in counts.items() if n < most}
 
 
 def means_by(rows: list[dict]) -> dict[str, dict[str, float]]:

@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from plasticity.components import is_probe
 from plasticity.report import figures
 from plasticity.report.claims import COLUMNS as CLAIM_COLUMNS
 from plasticity.report.claims import chosen_runs, claim_inputs, evaluate_claims
@@ -63,7 +64,6 @@ from plasticity.report.markdown import claims_md, fmt_params, probe_note, proble
 from plasticity.report.pretraining import PAPER_TEXT, RANKING_COLUMNS, ranking_rows, sentence
 from plasticity.report.tables import (
     AVERAGE,
-    PROBE,
     SELECT_KEYS,
     STRATEGIES_COLUMNS,
     TABLE6_COLUMNS,
@@ -370,7 +370,7 @@ def curves(cells: Cells, rows: list[dict], dataset: str, problems: list[Problem]
     """Per group of ``dataset``: gradient norm and validation loss of the first seed at the chosen
     learning rate (the input of :func:`figures.plot_curves`); corrupt metrics files go to ``problems``."""
     found = []
-    for row in (r for r in rows if r["dataset"] == dataset and r["group"] != PROBE):  # the probe logs no curves
+    for row in (r for r in rows if r["dataset"] == dataset and not is_probe(r["group"])):  # probes log no curves
         group = row["group"]
         record = cells[(dataset, group, row["lr"])][0]
         columns = grad_columns(group, record)
