@@ -401,3 +401,49 @@ def test_a_single_seed_cell_shows_its_mean_without_a_spread():
             dict(dataset="average", group="mha", mean=80.75, std=0.0, n_seeds=1, params=10)]
     text = table6_md(rows)
     assert "| d0 | 81.50 |" in text and "| d1 | 80.00 ± 1.25 |" in text and "± 0.00" not in text
+
+
+def _records(groups_on: dict) -> list:
+    """(run_dir, done record) per (dataset, group) in ``groups_on`` (group -> datasets), one seed at lr 0.1."""
+    return [(f"/r/{d}/{g}", dict(task="finetune", dataset=d, model="m", component=g, optimizer="sgd", lr=0.1, seed=0,
+                                 status="done", best_val_acc=0.8, test_acc=0.8 + 0.01 * i, trainable_params=10))
+            for g, datasets in groups_on.items() for i, d in enumerate(datasets)]
+
+
+def test_an_average_over_fewer_datasets_says_so_in_table6_and_the_figure():
+    """LoRA run on one target of three: its average row is marked "(1 of 3)" in Table 6 and table6.csv
+    holds each average's dataset count; its bar is hatched and its label says over how many datasets."""
+    from plasticity.report.figures import accuracy_figure
+    from plasticity.report.markdown import table6_md
+    from plasticity.report.tables import done_cells, table6
+
+    rows = table6(done_cells(_records({"mha": DATASETS, "fc1": DATASETS, "mha_lora_r8": DATASETS[:1]})))
+    average = {r["group"]: r for r in rows if r["dataset"] == "average"}
+    assert {g: r["n_datasets"] for g, r in average.items()} == {"mha": 3, "fc1": 3, "mha_lora_r8": 1}
+    last = table6_md(rows).strip().splitlines()[-1]
+    assert last == "| average | 81.00 | 81.00 | 80.00 (1 of 3) |"
+    ax = accuracy_figure(rows).axes[0]
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["MHA", "FC1", "MHA LoRA r8\n(1 of 3 datasets)"]
+    assert [bar.get_hatch() for bar in ax.patches] == [None, None, "//"]
+
+
+def test_pareto_labels_do_not_overlap_as_rendered():
+    """Ten configurations within half a point and a few percent of parameters of each other: every label's
+    rendered box (read back through matplotlib's renderer) overlaps no other."""
+    from plasticity.report.figures import pareto_figure
+
+    from matplotlib.text import Text
+
+    points = [dict(component=f"mha_lora_r{r}", strategy="lora", label=f"MHA LoRA r{r}", trainable_params=1e5 + 3e3 * i,
+                   mean=80.0 + 0.05 * (i % 4), std=0.1, pareto=False) for i, r in enumerate(range(1, 11))]
+    points += [dict(component=g, strategy=s, label=g, trainable_params=n, mean=acc, std=0.1, pareto=True)
+               for g, s, n, acc in (("ln1", "group", 1e3, 70.0), ("all", "full", 1e8, 90.0))]  # the cluster is narrow
+    fig = pareto_figure(points, "d0")
+    renderer = fig.canvas.get_renderer()
+    for label in fig.axes[0].texts:
+        label.update_positions(renderer)
+    boxes = [Text.get_window_extent(t, renderer) for t in fig.axes[0].texts]  # the text, without a leader line
+    assert len(boxes) == len(points)
+    overlapping = [(i, j) for i in range(len(boxes)) for j in range(i) if boxes[i].overlaps(boxes[j])]
+    assert overlapping == []

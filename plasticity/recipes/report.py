@@ -69,13 +69,9 @@ def headline(out) -> None:
     from plasticity.runs.io import read_csv
 
     con = console()
-    rows = read_csv(Path(out) / "table6.csv")
-    targets: dict[str, int] = {}
-    for r in rows:
-        if r["dataset"] != AVERAGE:
-            targets[r["label"]] = targets.get(r["label"], 0) + 1
+    average = [r for r in read_csv(Path(out) / "table6.csv") if r["dataset"] == AVERAGE]
+    targets = {r["label"]: int(r["n_datasets"]) for r in average}  # the datasets each average is over
     n = max(targets.values(), default=0)
-    average = [r for r in rows if r["dataset"] == AVERAGE]
     if average:
         con.print(f"average test accuracy over the {n} targets (%): " + ", ".join(
             f"{r['label']} {float(r['mean']):.2f}" for r in average if targets.get(r["label"]) == n)

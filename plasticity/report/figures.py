@@ -19,16 +19,26 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.text import Text
 
 from plasticity.components import COLORS, GROUPS, color, label
-from plasticity.report.tables import AVERAGE, Cells, column_labels, ordered_groups, pooled_se, tag_strategy
+from plasticity.report.tables import (
+    AVERAGE,
+    Cells,
+    column_labels,
+    ordered_groups,
+    partial_averages,
+    pooled_se,
+    tag_strategy,
+)
 from plasticity.runs.io import atomic_path
 
 if TYPE_CHECKING:
     from plasticity.measure import RunningStats
 
-__all__ = ["plot_accuracy", "plot_bounds", "plot_curves", "plot_depth", "plot_distribution", "plot_during_training",
-           "plot_pareto", "plot_relative_gain", "plot_spread", "save", "strategy_color"]
+__all__ = ["accuracy_figure", "pareto_figure", "place_labels", "plot_accuracy", "plot_bounds", "plot_curves",
+           "plot_depth", "plot_distribution", "plot_during_training", "plot_pareto", "plot_relative_gain", "plot_spread",
+           "save", "strategy_color"]
 
 BOUND_STYLES = {"prop1": "-", "prop2": "-", "prop3_rms": "-", "prop3_max": "--", "prop4": ":"}
 """Line style per bound (Prop. 3 at the largest token radius dashed, Prop. 4 dotted)."""
@@ -160,22 +170,37 @@ def plot_relative_gain(gains: list[dict], path: str | Path) -> None:
 
 
 def plot_accuracy(rows: list[dict], path: str | Path) -> None:
-    """Average test accuracy per group with the pooled standard error (Fig. 17).
+    """Average test accuracy per group with the pooled standard error (Fig. 17); see :func:`accuracy_figure`.
 
     Args:
         rows: :func:`plasticity.report.tables.table6` rows.
         path: PNG file to write.
     """
+    save(accuracy_figure(rows), path)
+
+
+def accuracy_figure(rows: list[dict]) -> Figure:
+    """The figure of :func:`plot_accuracy`. A configuration averaged over fewer datasets than the
+    others (:func:`plasticity.report.tables.partial_averages`) is drawn hatched and pale, its label
+    saying over how many: its bar is not an average comparable with the others."""
     avg = [r for r in rows if r["dataset"] == AVERAGE]
     labels = column_labels(r["group"] for r in avg)
+    most, partial = partial_averages(rows)
+    names = [labels[r["group"]] + (f"\n({partial[r['group']]} of {most} datasets)" if r["group"] in partial else "")
+             for r in avg]
     fig, ax = _bars("average top-1 test accuracy (%)")
     if len(avg) > 7:
         fig.set_size_inches(0.6 * len(avg) + 1.5, 3)
-    ax.bar([labels[r["group"]] for r in avg], [r["mean"] for r in avg],
-           yerr=[pooled_se(rows, r["group"]) for r in avg], capsize=4, color=[strategy_color(r["group"]) for r in avg])
+    bars = ax.bar(names, [r["mean"] for r in avg], yerr=[pooled_se(rows, r["group"]) for r in avg], capsize=4,
+                  color=[strategy_color(r["group"]) for r in avg])
+    for bar, r in zip(bars, avg):
+        if r["group"] in partial:
+            bar.set(hatch="//", alpha=0.45, edgecolor="k")
+    if partial:
+        ax.set_title(f"hatched: averaged over fewer than the {most} datasets", fontsize=8)
     ax.set_ylim(max(0.0, min(r["mean"] for r in avg) - 5.0), None)
     ax.tick_params(axis="x", rotation=30)
-    save(fig, path)
+    return fig
 
 
 def plot_spread(cells: Cells, path: str | Path) -> None:
@@ -247,9 +272,19 @@ def plot_pareto(points: list[dict], dataset: str, path: str | Path) -> bool:
     Returns:
         False, and nothing written, when no point has a positive parameter count.
     """
+    fig = pareto_figure(points, dataset)
+    if fig is None:
+        return False
+    save(fig, path)
+    return True
+
+
+def pareto_figure(points: list[dict], dataset: str) -> Figure | None:
+    """The figure of :func:`plot_pareto` (None when no point has a positive parameter count); its
+    labels never overlap (:func:`place_labels`)."""
     shown = [p for p in points if isinstance(p.get("trainable_params"), (int, float)) and p["trainable_params"] > 0]
     if not shown:
-        return False
+        return None
     fig = Figure(figsize=(7, 4.2))
     ax = fig.add_subplot()
     for kind in dict.fromkeys(p["strategy"] for p in shown):
@@ -265,16 +300,41 @@ def plot_pareto(points: list[dict], dataset: str, path: str | Path) -> bool:
     if front:
         ax.step([x for x, _ in front], [y for _, y in front], where="post", color="k", lw=1.0, ls="--",
                 alpha=0.7, label="Pareto front", zorder=2)
-    for p in shown:
-        ax.annotate(p["label"], (p["trainable_params"], p["mean"]), textcoords="offset points", xytext=(4, 4),
-                    fontsize=7)
     ax.set_xscale("log")
     ax.set(xlabel="trainable parameters", ylabel="top-1 test accuracy (%)",
            title=f"{dataset}: accuracy against trainable parameters")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    save(fig, path)
-    return True
+    place_labels(ax, [((p["trainable_params"], p["mean"]), p["label"]) for p in shown])
+    return fig
+
+
+LABEL_OFFSETS = tuple((r * dx, r * dy) for r in (1, 2, 3, 4, 6, 8, 11, 15)
+                      for dx, dy in ((4, 4), (4, -10), (-4, 4), (-4, -10), (0, 8), (0, -14), (8, -3), (-8, -3)))
+"""Where :func:`place_labels` tries a label, in points from its point: close first, in 8 directions."""
+
+
+def place_labels(ax, points: list[tuple[tuple[float, float], str]]) -> None:
+    """Labels each point at the first offset of :data:`LABEL_OFFSETS` where its text, as the renderer
+    lays it out, overlaps no label already placed (the last offset, with a leader line, when none is
+    free); labels further than the first ring get a thin line to their point."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = ax.figure
+    renderer = (fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)).get_renderer()
+    ax.get_xlim(), ax.get_ylim()  # the autoscaled limits, fixed before any label is measured
+    placed = []
+    for xy, text in points:
+        for i, (dx, dy) in enumerate(LABEL_OFFSETS):
+            note = ax.annotate(text, xy, textcoords="offset points", xytext=(dx, dy), fontsize=7,
+                               ha="left" if dx >= 0 else "right", va="bottom" if dy >= 0 else "top",
+                               arrowprops=None if i < 8 else dict(arrowstyle="-", lw=0.5, color="gray"))
+            note.update_positions(renderer)
+            box = Text.get_window_extent(note, renderer)  # the label's text alone (Annotation's adds the line)
+            if not any(box.overlaps(other) for other in placed) or i == len(LABEL_OFFSETS) - 1:
+                placed.append(box)
+                break
+            note.remove()
 
 
 def log_scale_fits(values: list[float], ratio: float = 10.0) -> bool:
