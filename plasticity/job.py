@@ -39,6 +39,7 @@ prints the summary and exits non-zero naming the failed runs.
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 import time
@@ -274,7 +275,7 @@ def run_recipe_and_record(cfg: DictConfig, recipe, run_dir: Path, identity: dict
     console().print(run_line(record), highlight=False)
     if stop is not None:
         raise stop if isinstance(stop, SystemExit) else SystemExit(stop.exit_code)
-    if record["status"] == "failed" and not multirun:
+    if record["status"] in ("failed", INTERRUPTED) and not multirun:  # a single run that did not finish: exit 1
         raise SystemExit(1)
     return record
 
@@ -314,6 +315,8 @@ def write_record(run_dir: Path, record: dict[str, Any]) -> None:
     """``result.json``, atomically; on storage that gives out, one line saying it could not be written
     (the run then reads as interrupted: started, never recorded)."""
     try:
+        if not run_dir.is_dir():  # deleted while the run went on: not made again for a record alone
+            raise FileNotFoundError(errno.ENOENT, "the run folder vanished", str(run_dir))
         write_json_atomic(run_dir / RESULT_FILE, record)  # last: result.json present means the run ended
     except OSError as err:
         fault = storage_fault(err, run_dir) or f"{type(err).__name__}: {err}"

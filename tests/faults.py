@@ -64,3 +64,17 @@ class Fail(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         if self.fails:
             raise RuntimeError("injected failure (tests.faults.Fail)")
+
+
+class Vanish(Callback):
+    """Deletes the run folder at step ``step`` (a user's ``rm -r`` while the run goes on)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            import shutil
+
+            shutil.rmtree(trainer.default_root_dir)
+            self.step = -1  # once

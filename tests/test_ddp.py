@@ -26,8 +26,9 @@ REL = 1e-5
 LAUNCHER_VARS = ("LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
                  "MASTER_PORT", "PL_GLOBAL_SEED", "PLASTICITY_RANK0_DECISION")
 # 160 train images: 10 optimizer steps of 16 an epoch, so 30 steps cross two epoch boundaries; a
-# validation and last.ckpt every 10 steps; plasticity measured every 10 steps on 16 fixed pairs.
-COMMON = ["component=mha", "dataset.augment=false", "task.max_steps=30", "task.warmup_steps=3", "task.val_every=10",
+# validation and last.ckpt every 7 steps (inside epochs: 7, 14, 21, 28); plasticity measured every
+# 10 steps on 16 fixed pairs.
+COMMON = ["component=mha", "dataset.augment=false", "task.max_steps=30", "task.warmup_steps=3", "task.val_every=7",
           "task.batch_size=16", "task.eval_batch_size=16", "callbacks=plasticity",
           "callbacks.plasticity.reference=fashion_mnist", "callbacks.plasticity.every_n_steps=10",
           "callbacks.plasticity.n_pairs=16", "callbacks.plasticity.batch_size=8"]
@@ -260,7 +261,7 @@ def test_a_killed_ddp_run_resumes_to_the_uninterrupted_result(tmp_path, ddp, dat
     assert last.exists() and not (cut / "result.json").exists()
     resumed = launch(tmp_path, data_dir, *COMMON, *TWO)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
-    assert "resuming an interrupted run from step 10" in resumed.stdout + resumed.stderr
+    assert "resuming an interrupted run from step 7" in resumed.stdout + resumed.stderr  # inside the first epoch
     a, b = result(whole), result(cut)
     assert b["resumed"] is True
     for key in ("best_val_acc", "test_acc", "best_step", "steps"):
@@ -269,7 +270,7 @@ def test_a_killed_ddp_run_resumes_to_the_uninterrupted_result(tmp_path, ddp, dat
     wa = torch.load(whole / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     wb = torch.load(cut / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
     assert wa.keys() == wb.keys() and all(torch.allclose(wa[k], wb[k], rtol=REL, atol=1e-7) for k in wa)
-    assert sorted(column(metrics(cut), "train/loss")) == list(range(10, 30))  # the resumed part
+    assert sorted(column(metrics(cut), "train/loss")) == list(range(7, 30))  # the resumed part
     assert not (cut / ".ranks.json").exists()  # no srun tasks: the decision went through the environment
 
 

@@ -35,11 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_TIMEOUT_S = 420
 GRID = ["component=ln1,mha", "seed=0,42"]
 GRID_RUNS = [(c, s) for c in ("ln1", "mha") for s in (0, 42)]  # in the sweep's job order
-# 160 train images / 16 = 10 steps an epoch; a validation and last.ckpt at every epoch end. Long
-# enough that a requeue lands before the end; no augmentation (its randomness is not restored).
-LONG = ["component=fc1", "task.max_steps=600", "task.val_every=10", "task.batch_size=16",
-        "task.micro_batch_size=16", "dataset.augment=false"]
+# 160 train images / 16 = 10 steps an epoch; a validation and last.ckpt every 7 steps, so the first
+# checkpoint (where the requeued job resumes) falls inside the first epoch. Long enough that a
+# requeue lands before the end; with augmentation (the generators' states are in the checkpoint).
+LONG = ["component=fc1", "task.max_steps=600", "task.val_every=7", "task.batch_size=16",
+        "task.micro_batch_size=16"]
 SETUP_LINE = "setup line ran in job"
+FAIL_MHA = ["+callbacks.fault._target_=tests.faults.Fail", "+callbacks.fault.component=${component.name}",
+            "+callbacks.fault.fail_for=mha"]
 USR2_BIT = 1 << (signal.SIGUSR2 - 1)
 
 
@@ -219,7 +222,7 @@ def test_grid_runs_as_one_job_array(finished_grid, slurm_cluster):
     assert "skipped 0 done runs, submitting 4" in grid.proc.stdout
     records = [result(run_dir(grid.cwd, c, s)) for c, s in GRID_RUNS]
     assert [(r["status"], r["component"], r["seed"]) for r in records] == [("done", c, s) for c, s in GRID_RUNS]
-    assert "done 4 (skipped 0) | diverged 0 | failed 0" in grid.proc.stdout
+    assert "done 4 (skipped 0) | diverged 0 | interrupted 0 (relaunch to resume) | failed 0" in grid.proc.stdout
     assert all(f"{100 * r['test_acc']:.2f}" in grid.proc.stdout for r in records)  # the summary table
     ((array, tasks),) = grid.arrays.items()  # one array, four tasks, all completed
     assert tasks == [0, 1, 2, 3]
@@ -403,13 +406,10 @@ def test_job_past_its_time_limit_is_requeued_and_finishes(interrupted, slurm_clu
 
 @pytest.mark.slow
 def test_failed_and_killed_jobs_are_recorded_and_the_others_finish(slurm_cluster, data_dir, tmp_path):
-    # mha: an interrupted run with a corrupt last.ckpt fails inside its job. fc1: its job step is
-    # killed with SIGKILL while it runs (stopped first, so that it cannot finish before). ln1: done.
+    # mha: fails inside its job (tests/faults.py). fc1: its job step is killed with SIGKILL while it
+    # runs (stopped first, so that it cannot finish before). ln1: done.
     broken = run_dir(tmp_path, "mha")
-    (broken / "checkpoints").mkdir(parents=True)
-    (broken / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
-    (broken / "run.json").write_text("{}")
-    proc = start(slurm_cluster, tmp_path, data_dir, "component=ln1,mha,fc1", array_parallelism=3)
+    proc = start(slurm_cluster, tmp_path, data_dir, "component=ln1,mha,fc1", *FAIL_MHA, array_parallelism=3)
     killed = holder(run_dir(tmp_path, "fc1"), LAUNCH_TIMEOUT_S, proc)
     assert killed is not None, (tmp_path / "launch.out").read_text()[-3000:]
     os.kill(killed["pid"], signal.SIGSTOP)
@@ -420,9 +420,9 @@ def test_failed_and_killed_jobs_are_recorded_and_the_others_finish(slurm_cluster
     assert code == 1, out[-3000:]
     assert result(run_dir(tmp_path, "ln1"))["status"] == "done"
     bad = result(broken)
-    assert bad["status"] == "failed" and "cannot resume" in bad["error"]
+    assert bad["status"] == "failed" and "injected failure" in bad["error"]
     assert not (run_dir(tmp_path, "fc1") / "result.json").exists()
-    assert "done 1 (skipped 0) | diverged 0 | failed 2" in out
+    assert "done 1 (skipped 0) | diverged 0 | interrupted 0 (relaunch to resume) | failed 2" in out
     assert f"failed {run_dir(tmp_path, 'fc1')}: job " in out.replace("\n", "")
     (journal,) = (tmp_path / "outputs" / ".sweeps").iterdir()
     record = json.loads((journal / "000002.json").read_text())
@@ -435,9 +435,10 @@ def test_failed_and_killed_jobs_are_recorded_and_the_others_finish(slurm_cluster
 # ------------------------------------------------------------------ one run as 2 ranks through srun
 
 DDP_ENV = ("LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PLASTICITY_RANK0_DECISION")
-# 160 train images: 10 global steps of 16 an epoch, last.ckpt at every epoch end; long enough that
-# the requeue lands between the first checkpoint and the end.
-DDP_RUN = ["component=fc1", "task.max_steps=200", "task.val_every=10", "task.batch_size=16", "dataset.augment=false"]
+# 160 train images: 10 global steps of 16 an epoch, last.ckpt every 7 steps (inside an epoch); long
+# enough that the requeue lands between the first checkpoint and the end. No augmentation: one
+# process draws crops for 16 images where each of 2 ranks draws for its 8 (other crops, same order).
+DDP_RUN = ["component=fc1", "task.max_steps=200", "task.val_every=7", "task.batch_size=16", "dataset.augment=false"]
 
 
 @pytest.mark.slow

@@ -327,7 +327,8 @@ class Finetune(RecipeBase):
         # Under SLURM, submitit owns the preemption signal and requeues the job (resuming from
         # last.ckpt); Lightning's own auto-requeue would fight it. The environment also gives the
         # ranks of a DDP job from srun's tasks (SLURM_PROCID, SLURM_NTASKS).
-        plugins = [AtomicCheckpointIO(), *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])]
+        plugins = [AtomicCheckpointIO(self.run_dir),
+                   *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])]
         return hydra.utils.instantiate(
             trainer,
             strategy="ddp" if trainer.strategy == "auto" and self.world_size > 1 else trainer.strategy,

@@ -1,0 +1,349 @@
+"""Interrupted anywhere, resumed exactly: a run stopped by SIGKILL, SIGTERM or SIGINT (at a
+checkpoint inside an epoch, at an epoch's end, during validation, during a checkpoint write), by a
+full disk or by its folder vanishing, or left with a truncated or garbage ``last.ckpt``, is
+relaunched and compared with the uninterrupted run: the same metrics rows, accuracies, best step and
+weights, bit for bit.
+
+The end-to-end cases are real launches (subprocesses) with a fault injected by
+:mod:`tests.faults`; the full disk is a real tmpfs (root only; skipped with the reason elsewhere).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from plasticity.data.datamodule import EpochBatchSampler, ResumableLoader
+from plasticity.module import rng_states, set_rng_states
+from plasticity.report.collect import read_metrics
+from plasticity.runs.checkpoints import CONFIG_HASH_KEY, keep_metrics, metrics_files, resumable
+from plasticity.runs.state import inspect_run
+from plasticity.runs.stop import storage_fault
+
+ROOT = Path(__file__).resolve().parents[1]
+# 160 train images / 16 = 10 optimizer steps an epoch (2 micro-batches each); a validation and a
+# checkpoint every 5 steps: at step 5 (inside the first epoch), 10 (its end) and 15 (inside the
+# second). With augmentation: its crops and flips come from the generators the checkpoint saves.
+RUN = ["component=fc1", "optimizer.lr=0.1", "task.max_steps=17", "task.warmup_steps=2", "task.val_every=5",
+       "task.batch_size=16", "task.micro_batch_size=8", "dataset.augment=true"]
+COLUMNS = ["train/loss", "lr", "grad_norm/fc1", "grad_norm/head", "val/acc", "val/loss"]
+SAME = ("status", "best_val_acc", "test_acc", "test_loss", "best_step", "steps", "split_hash")
+
+
+def launch(cwd: Path, data_dir: Path, *overrides: str, output: Path | None = None) -> subprocess.CompletedProcess:
+    cwd.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    cmd = [sys.executable, str(ROOT / "launch.py"), "debug=tiny", f"paths.data_dir={data_dir}", *RUN, *overrides,
+           *([f"paths.output_dir={output}"] if output else [])]
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def fault(signal: str, at: str, step: int) -> list[str]:
+    return ["+callbacks.fault._target_=tests.faults.Kill", f"+callbacks.fault.signal={signal}",
+            f"+callbacks.fault.at={at}", f"+callbacks.fault.step={step}"]
+
+
+def run_dir(outputs: Path) -> Path:
+    return outputs / "finetune" / "fashion_mnist" / "vit_micro_patch7_28" / "fc1" / "sgd_lr_0.1" / "seed_0"
+
+
+def record(run: Path) -> dict:
+    return json.loads((run / "result.json").read_text())
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
+
+
+def assert_same_run(whole: Path, resumed: Path) -> None:
+    """Everything the report reads, bit for bit: record, every metric row, both checkpoints' weights."""
+    a, b = record(whole), record(resumed)
+    assert {k: a[k] for k in SAME} == {k: b[k] for k in SAME}
+    assert b["resumed"] is True and a["resumed"] is False
+    ma, _ = read_metrics(whole, COLUMNS)
+    mb, problems = read_metrics(resumed, COLUMNS)
+    assert not problems
+    for column in COLUMNS:
+        assert len(ma[column][0]) > 0, column
+        assert ma[column][0].tolist() == mb[column][0].tolist(), column  # the steps: each once
+        assert ma[column][1].tolist() == mb[column][1].tolist(), column  # the values: bit for bit
+    for name in ("last.ckpt", "best.ckpt"):
+        wa, wb = weights(whole / "checkpoints" / name), weights(resumed / "checkpoints" / name)
+        assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), name
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory, data_dir) -> Path:
+    """The uninterrupted run."""
+    root = tmp_path_factory.mktemp("whole")
+    proc = launch(root, data_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run_dir(root / "outputs")
+
+
+# ------------------------------------------------------------------------ units: no launch
+
+
+def test_a_resumed_sampler_yields_the_rest_of_the_epoch_then_the_next_ones():
+    for rank, world in ((0, 1), (1, 2)):
+        full = EpochBatchSampler(40, 4, seed=3, rank=rank, world_size=world)
+        epochs = []
+        for epoch in range(2):
+            full.set_epoch(epoch)
+            epochs.append(list(full))
+        cut = EpochBatchSampler(40, 4, seed=3, rank=rank, world_size=world)
+        cut.resume_at(0, 2)
+        assert list(cut) == epochs[0][2:]  # the rest of epoch 0
+        cut.set_epoch(1)
+        assert list(cut) == epochs[1]  # the skip served one pass only
+        end = EpochBatchSampler(40, 4, seed=3, rank=rank, world_size=world)
+        end.resume_at(0, len(end))  # a checkpoint at the epoch's last batch resumes at the next epoch's first
+        assert end.epoch == 1 and list(end) == epochs[1]
+
+
+def test_the_train_loader_saves_the_batches_it_handed_out():
+    data = torch.arange(40)
+
+    def loader():
+        sampler = EpochBatchSampler(40, 4, seed=1)
+        return ResumableLoader(data, batch_size=None, sampler=sampler, epoch_sampler=sampler)
+
+    whole = [b.tolist() for b in loader()]
+    first = loader()
+    taken = []
+    for batch in first:
+        taken.append(batch.tolist())
+        if len(taken) == 3:
+            break
+    state = first.state_dict()
+    assert state == {"epoch": 0, "consumed": 3, "batches": 10, "world_size": 1}
+    second = loader()
+    second.load_state_dict(state)
+    assert taken + [b.tolist() for b in second] == whole
+    assert second.state_dict()["consumed"] == 10
+    other = ResumableLoader(data, batch_size=None, sampler=EpochBatchSampler(40, 8, seed=1),
+                            epoch_sampler=EpochBatchSampler(40, 8, seed=1))
+    with pytest.raises(ValueError, match="10 batches an epoch on 1 processes; this run has 5"):
+        other.load_state_dict(state)
+
+
+def test_generator_states_survive_a_weights_only_checkpoint(tmp_path):
+    import random
+
+    torch.manual_seed(5)
+    np.random.seed(5)
+    random.seed(5)
+    saved = rng_states()
+    draws = (torch.rand(3), np.random.rand(3), random.random())
+    torch.save({"rng": saved}, tmp_path / "c.ckpt")
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)
+    set_rng_states(torch.load(tmp_path / "c.ckpt", weights_only=True)["rng"])  # what Lightning's test loads
+    assert torch.equal(torch.rand(3), draws[0]) and np.array_equal(np.random.rand(3), draws[1])
+    assert random.random() == draws[2]
+
+
+def write_csv(path: Path, rows: list[tuple[int, float]], torn: str = "") -> None:
+    path.write_text("step,train/loss\n" + "".join(f"{s},{v}\n" for s, v in rows) + torn)
+
+
+def test_metric_parts_are_read_in_number_order_each_step_once(tmp_path):
+    # Parts 0..11 (part10 and part11 sort before part2 as text); each part replays its last step.
+    for k in range(12):
+        write_csv(tmp_path / f"metrics.part{k}.csv", [(2 * k, float(k)), (2 * k + 1, float(k)), (2 * k + 2, 99.0)])
+    write_csv(tmp_path / "metrics.csv", [(24, 12.0), (25, 12.0)])
+    assert [p.name for p in metrics_files(tmp_path)][:3] == ["metrics.part0.csv", "metrics.part1.csv",
+                                                             "metrics.part2.csv"]
+    steps, values = read_metrics(tmp_path, ["train/loss"])[0]["train/loss"]
+    assert steps.tolist() == list(range(26))
+    assert values.tolist() == [float(s // 2) for s in range(26)]  # a replayed step: the later file's value
+
+
+def test_a_row_cut_short_by_the_interruption_is_left_out_of_the_part(tmp_path):
+    write_csv(tmp_path / "metrics.csv", [(0, 1.0), (1, 2.0)], torn="2,3.")
+    assert "metrics.part0.csv" in keep_metrics(tmp_path)
+    assert (tmp_path / "metrics.part0.csv").read_text() == "step,train/loss\n0,1.0\n1,2.0\n"
+    assert not (tmp_path / "metrics.csv").exists()
+    write_csv(tmp_path / "metrics.csv", [(2, 3.0)])
+    keep_metrics(tmp_path)
+    assert (tmp_path / "metrics.part1.csv").read_text() == "step,train/loss\n2,3.0\n"
+
+
+def fake_checkpoint(path: Path, step: int, chash: str = "abc") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"global_step": step, "state_dict": {}, "loops": {}, "optimizer_states": [], CONFIG_HASH_KEY: chash},
+               path)
+
+
+def test_an_unusable_checkpoint_is_moved_aside_and_the_next_one_resumes(tmp_path, caplog):
+    folder = tmp_path / "checkpoints"
+    fake_checkpoint(folder / "best.ckpt", 5)
+    fake_checkpoint(folder / "last.ckpt", 10)
+    (folder / ".last.123.abcd.ckpt").write_bytes(b"half a chec")  # a write that was killed
+    data = (folder / "last.ckpt").read_bytes()
+    (folder / "last.ckpt").write_bytes(data[: len(data) // 2])  # truncated
+    caplog.set_level("INFO")
+    assert resumable(tmp_path, 17, "abc") == str(folder / "best.ckpt")
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith("last.ckpt.unreadable-")) == ["best.ckpt"]
+    (aside,) = folder.glob("last.ckpt.unreadable-*")
+    assert aside.read_bytes() == data[: len(data) // 2]  # moved, never deleted
+    assert "cannot resume from" in caplog.text and "not a readable checkpoint" in caplog.text
+    assert "resuming an interrupted run from step 5" in caplog.text
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"garbage, not a zip", "not a readable checkpoint"),
+    ("other config", "written by another config (config hash zzz, this run's abc)"),
+    ("no loops", "not a Lightning training checkpoint"),
+])
+def test_with_no_usable_checkpoint_the_run_restarts_from_step_zero(tmp_path, caplog, content, reason):
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    if content == "other config":
+        fake_checkpoint(last, 10, chash="zzz")
+    elif content == "no loops":
+        last.parent.mkdir(parents=True)
+        torch.save({"global_step": 10, "state_dict": {}}, last)
+    else:
+        last.parent.mkdir(parents=True)
+        last.write_bytes(content)
+    write_csv(tmp_path / "metrics.csv", [(0, 1.0)])
+    assert resumable(tmp_path, 17, "abc") is None
+    assert reason in caplog.text and "restarts from step 0" in caplog.text
+    assert len(list(last.parent.glob("last.ckpt.unreadable-*"))) == 1 and not last.exists()
+    assert (tmp_path / "metrics.part0.csv").is_file()  # the earlier metrics are kept, not mixed in
+
+
+def test_storage_faults_are_told_apart_from_other_errors(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    full = OSError(errno.ENOSPC, "No space left on device", str(run / "checkpoints" / "last.ckpt"))
+    assert storage_fault(full, run) == f"no space left on the device writing {run / 'checkpoints' / 'last.ckpt'}"
+    wrapped = RuntimeError("logger failed")
+    wrapped.__cause__ = OSError(errno.EROFS, "Read-only file system", str(run / "metrics.csv"))
+    assert storage_fault(wrapped, run) == f"the file system is read-only writing {run / 'metrics.csv'}"
+    assert storage_fault(PermissionError(errno.EACCES, "denied", "/data/train.npy"), run) is None  # an input
+    assert storage_fault(RuntimeError("file write failed"), run) is None  # the disk has room: not the disk
+    assert storage_fault(ValueError("bad"), run) is None
+    shutil.rmtree(run)
+    assert storage_fault(ValueError("anything"), run) == f"the run folder {run} vanished while the run wrote to it"
+
+
+def test_an_interrupted_record_resumes(tmp_path):
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"task": {"name": "finetune"}, "seed": 0})
+    (tmp_path / "run.json").write_text("{}")
+    OmegaConf.save(cfg, tmp_path / "config.yaml")
+    (tmp_path / "result.json").write_text(json.dumps({"status": "interrupted", "step": 9}))
+    state = inspect_run(tmp_path, cfg, ("task", "seed"))
+    assert state.kind == "resume" and state.record["step"] == 9
+
+
+# ------------------------------------------------------------------------ faults in real runs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signal, at, step, code, resumes_from", [
+    ("KILL", "checkpoint", 5, -9, 5),      # inside the first epoch
+    ("KILL", "checkpoint", 10, -9, 10),    # at the first epoch's end
+    ("TERM", "validation", 15, 143, 10),   # during a validation: its checkpoint never written
+    ("KILL", "write", 10, -9, 5),          # during the checkpoint write: the previous one stays
+    ("INT", "checkpoint", 15, 130, 15),    # Ctrl-C inside the second epoch
+])
+def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, data_dir, whole, signal, at, step, code,
+                                                           resumes_from):
+    cut = launch(tmp_path, data_dir, *fault(signal, at, step))
+    assert cut.returncode == code, cut.stderr[-3000:]
+    run = run_dir(tmp_path / "outputs")
+    if signal == "KILL":
+        assert not (run / "result.json").exists()
+    else:  # recorded: interrupted, where it got to and where it resumes
+        stopped = record(run)
+        assert stopped["status"] == "interrupted" and stopped["error"] == f"stopped by SIG{signal}"
+        assert stopped["step"] == step and stopped["checkpoint_step"] == resumes_from
+        assert "Traceback" not in cut.stdout + cut.stderr
+    resumed = launch(tmp_path, data_dir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    out = resumed.stdout + resumed.stderr
+    assert f"resuming an interrupted run from step {resumes_from} of 17" in out
+    assert "not resumable" not in out  # Lightning's warning: the loader is resumable now
+    assert not list((run / "checkpoints").glob(".*"))  # the killed write's temporary file is gone
+    assert_same_run(whole, run)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_damaged_last_checkpoint_never_blocks_the_run(tmp_path, data_dir, whole, damage):
+    cut = launch(tmp_path, data_dir, *fault("KILL", "checkpoint", 15))
+    assert cut.returncode == -9
+    run = run_dir(tmp_path / "outputs")
+    last = run / "checkpoints" / "last.ckpt"
+    best_step = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["global_step"]
+    data = last.read_bytes()
+    last.write_bytes(data[: len(data) // 3] if damage == "truncated" else os.urandom(len(data)))
+    if damage == "garbage":  # nothing readable left: a restart from step 0
+        (run / "checkpoints" / "best.ckpt").write_bytes(b"\0" * 100)
+    resumed = launch(tmp_path, data_dir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    out = resumed.stdout + resumed.stderr
+    assert "cannot resume from" in out and "moved it to last.ckpt.unreadable-" in out
+    if damage == "truncated":  # best.ckpt (the best validation so far, before step 15) resumes the run
+        assert best_step < 15 and f"resuming an interrupted run from step {best_step} of 17" in out
+        assert_same_run(whole, run)
+    else:
+        assert "no readable checkpoint left" in out and "restarts from step 0" in out
+        a, b = record(whole), record(run)
+        assert {k: a[k] for k in SAME} == {k: b[k] for k in SAME} and b["resumed"] is False
+    (aside,) = (run / "checkpoints").glob("last.ckpt.unreadable-*")
+    assert len(aside.read_bytes()) == (len(data) // 3 if damage == "truncated" else len(data))
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 700 KiB tmpfs: room for the first checkpoints (about 300 KB each), not for the next write."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_the_run_cleanly_and_a_relaunch_with_room_resumes(tmp_path, data_dir, whole, small_disk):
+    output = small_disk / "outputs"
+    cut = launch(tmp_path, data_dir, output=output)
+    out = cut.stdout + cut.stderr
+    assert cut.returncode == 1, out[-3000:]  # not done: a script sees it
+    assert "Traceback" not in out
+    run = run_dir(output)
+    assert f"run stopped: no space left on the device writing {run}" in out
+    stopped = record(run)  # the record fits where a checkpoint does not
+    assert stopped["status"] == "interrupted" and stopped["error"].startswith("no space left on the device")
+    assert stopped["checkpoint_step"] == 5 and not list((run / "checkpoints").glob(".*"))
+    subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)  # the user frees space
+    resumed = launch(tmp_path, data_dir, output=output)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming an interrupted run from step 5 of 17" in resumed.stdout + resumed.stderr
+    assert_same_run(whole, run)
+
+
+@pytest.mark.slow
+def test_a_run_folder_that_vanishes_stops_with_one_line(tmp_path, data_dir):
+    cut = launch(tmp_path, data_dir, "+callbacks.fault._target_=tests.faults.Vanish", "+callbacks.fault.step=6")
+    out = cut.stdout + cut.stderr
+    run = run_dir(tmp_path / "outputs")
+    assert f"the run folder {run} vanished while the run wrote to it" in out
+    assert "could not record the run" in out and "Traceback" not in out
