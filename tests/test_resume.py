@@ -347,3 +347,16 @@ def test_a_run_folder_that_vanishes_stops_with_one_line(tmp_path, data_dir):
     run = run_dir(tmp_path / "outputs")
     assert f"the run folder {run} vanished while the run wrote to it" in out
     assert "could not record the run" in out and "Traceback" not in out
+
+
+def test_the_report_lists_interrupted_runs_apart_from_failures(tmp_path):
+    from plasticity.report.markdown import not_done_md
+
+    runs = [(tmp_path / "a", {"status": "done"}),
+            (tmp_path / "b", {"status": "interrupted", "step": 9, "error": "stopped by SIGTERM"}),
+            (tmp_path / "c", {"status": "failed", "error": "RuntimeError: boom"})]
+    text = not_done_md(runs)
+    head, tail = text.split("Failed or diverged:")
+    assert f"| interrupted | {tmp_path / 'b'} | 9 | stopped by SIGTERM |" in head and "failed" not in head
+    assert f"| failed | {tmp_path / 'c'} | RuntimeError: boom |" in tail and "interrupted" not in tail
+    assert not_done_md(runs[:1]) == "None.\n"
