@@ -105,7 +105,8 @@ def report(root: Path) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--experiments", default="1,3,11,22", help="how many paper grids (84 jobs each), comma-separated")
+    parser.add_argument("--experiments", default="1,3,11,22",
+                        help="how many paper grids (84 jobs each), comma-separated")
     parser.add_argument("--records", default="1000,3000,10000", help="report sizes, comma-separated")
     parser.add_argument("--profile", type=Path, default=None, help="write cProfile files here")
     args = parser.parse_args()

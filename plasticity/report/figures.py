@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from plasticity.measure import RunningStats
 
 __all__ = ["accuracy_figure", "pareto_figure", "place_labels", "plot_accuracy", "plot_bounds", "plot_curves",
-           "plot_depth", "plot_distribution", "plot_during_training", "plot_pareto", "plot_relative_gain", "plot_spread",
-           "save", "strategy_color"]
+           "plot_depth", "plot_distribution", "plot_during_training", "plot_pareto", "plot_relative_gain",
+           "plot_spread", "save", "strategy_color"]
 
 BOUND_STYLES = {"prop1": "-", "prop2": "-", "prop3_rms": "-", "prop3_max": "--", "prop4": ":"}
 """Line style per bound (Prop. 3 at the largest token radius dashed, Prop. 4 dotted)."""

@@ -132,7 +132,8 @@ def _acknowledged(run_dir: str | Path, followers: int, timeout_s: float) -> bool
     if token is None or followers < 1 or not Path(run_dir, DECISION_FILE).is_file():
         return True
     deadline = time.monotonic() + timeout_s
-    while sum((read_json(p) or {}).get("token") == token for p in Path(run_dir).glob(ACK_FILE.format(rank="*"))) < followers:
+    acks = lambda: Path(run_dir).glob(ACK_FILE.format(rank="*"))  # noqa: E731
+    while sum((read_json(p) or {}).get("token") == token for p in acks()) < followers:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.2)
