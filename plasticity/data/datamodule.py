@@ -71,13 +71,16 @@ class EpochBatchSampler(Sampler):
         seed: Seed of the orders.
         rank: This process's rank.
         world_size: Processes of the run.
+        sample_seeds: Yield ``(index, seed)`` pairs: one seed per image and epoch, from the same
+            generator as the order, for a transform drawn in a worker process (the JPEG path).
     """
 
-    def __init__(self, n: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(self, n: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
+                 sample_seeds: bool = False) -> None:
         if not 0 <= rank < world_size:
             raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
         self.n, self.batch_size, self.seed, self.epoch = n, batch_size, seed, 0
-        self.rank, self.world_size = rank, world_size
+        self.rank, self.world_size, self.sample_seeds = rank, world_size, sample_seeds
         self.skip: tuple[int, int] | None = None
         """(epoch, batches): the next pass over that epoch starts after that many batches."""
 
@@ -97,12 +100,15 @@ class EpochBatchSampler(Sampler):
 
     def __iter__(self):
         # The order is drawn when the pass starts (the first batch is asked for): after set_epoch.
-        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch))
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        order = torch.randperm(self.n, generator=generator)
+        seeds = torch.randint(1 << 62, (self.n,), generator=generator).tolist() if self.sample_seeds else None
         first, self.skip = self.start(), None  # the skip serves one pass only
         step = self.batch_size * self.world_size
         for k in range(first, len(self)):  # global micro-step k: this rank's slice of it
             begin = k * step + self.rank * self.batch_size
-            yield order[begin:begin + self.batch_size].tolist()
+            batch = order[begin:begin + self.batch_size].tolist()
+            yield batch if seeds is None else [(i, seeds[i]) for i in batch]
 
     def __len__(self) -> int:
         return self.n // (self.batch_size * self.world_size)
@@ -292,8 +298,10 @@ class DataModule(L.LightningDataModule):
         if len(train) < self.micro_batch_size * world:
             raise ValueError(f"{self.name}: {len(train)} training images < micro_batch_size {self.micro_batch_size} x "
                              f"{world} processes; with drop_last there would be no training batch")
-        sampler = EpochBatchSampler(len(train), self.micro_batch_size, self.seed, rank, world)
-        if isinstance(train, FileSet):
+        files = isinstance(train, FileSet)
+        sampler = EpochBatchSampler(len(train), self.micro_batch_size, self.seed, rank, world,
+                                    sample_seeds=files and self.augment)
+        if files:
             transform = (train_transform(self.img_size, self.crop_scale, hflip=self.hflip) if self.augment
                          else eval_transform(self.img_size))
             return self._loader(FileDataset(train, transform), ResumableLoader, batch_sampler=sampler,

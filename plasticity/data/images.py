@@ -103,6 +103,11 @@ class EvalImages:
 class FileDataset(Dataset):
     """Per-image dataset of the JPEG path: ``(uint8 (3, S, S) tensor, label)``.
 
+    An item is an index, or ``(index, seed)`` for a random transform: the crop and flip are then
+    drawn from a generator seeded with ``seed`` (:class:`plasticity.data.datamodule.EpochBatchSampler`
+    draws one per image and epoch), so they do not depend on which worker process decodes the image,
+    or on how many batches a resumed run skipped.
+
     Args:
         files: The images.
         transform: A PIL -> PIL transform (:func:`train_transform` or :func:`eval_transform`).
@@ -114,6 +119,14 @@ class FileDataset(Dataset):
     def __len__(self) -> int:
         return len(self.files)
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        img = np.array(self.transform(decode(self.files.path(i))), dtype=np.uint8)
+    def __getitem__(self, item: int | tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+        i, seed = item if isinstance(item, tuple) else (item, None)
+        image = decode(self.files.path(i))
+        if seed is None:
+            image = self.transform(image)
+        else:
+            with torch.random.fork_rng(devices=[]):  # torchvision draws from torch's global generator
+                torch.manual_seed(seed)
+                image = self.transform(image)
+        img = np.array(image, dtype=np.uint8)
         return torch.from_numpy(img).permute(2, 0, 1).contiguous(), torch.tensor(self.files.labels[i])
