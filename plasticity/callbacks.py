@@ -15,6 +15,7 @@ from plasticity.data import DataSpec, load_splits
 from plasticity.measure import measure, pair_indices
 from plasticity.runs.checkpoints import DURING_TRAINING
 from plasticity.runs.io import write_csv_atomic
+from plasticity.validate import Problems, check_plasticity_options
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,9 @@ class PlasticityCallback(L.Callback):
         downstream: Dataset of the downstream images (None: the run's own validation split).
         downstream_classes: Keep only these classes of ``downstream`` (None: all).
 
+    Raises:
+        plasticity.validate.ConfigError: an option out of range, naming each one and its fix.
+
     Attributes:
         reference_spec: What the reference was read from (set in ``setup``).
         reference_prepared: Whether the reference images came from prepared arrays.
@@ -62,9 +66,10 @@ class PlasticityCallback(L.Callback):
     def __init__(self, reference: str, every_n_steps: int = 100, n_pairs: int = 256, batch_size: int = 128,
                  mode: str = "embedding", groups: tuple[str, ...] = GROUPS, downstream: str | None = None,
                  downstream_classes: list[int] | None = None) -> None:
-        if every_n_steps <= 0 or n_pairs <= 0 or batch_size <= 0:
-            raise ValueError(f"every_n_steps={every_n_steps}, n_pairs={n_pairs} and batch_size={batch_size} "
-                             f"must be positive")
+        p = Problems()  # the launch checked the same options (validate.check_callbacks): one rule for both
+        check_plasticity_options(p, type(self).__name__, {"every_n_steps": every_n_steps, "n_pairs": n_pairs,
+                                                          "batch_size": batch_size, "mode": mode, "groups": groups})
+        p.raise_if_any()
         self.reference = reference
         self.every_n_steps, self.n_pairs, self.batch_size = every_n_steps, n_pairs, batch_size
         self.mode, self.groups = mode, tuple(groups)

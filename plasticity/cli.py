@@ -60,12 +60,26 @@ def suggestion(key: str, config_dir: Path, overrides: list[str]) -> str:
         return f"{key} is set by the task from its own keys, so it cannot be set here. Fix: {TASK_OWNED_TRAINER[leaf]}."
     # Only the group choices (model=..., task=...): the keys of the config the user chose, without the bad key.
     groups = [o for o in overrides if "." not in o.split("=", 1)[0].lstrip("+~")]
-    keys = flat_keys(_compose(config_dir, groups))
+    cfg = _compose(config_dir, groups)
+    if section == "optimizer" and leaf in optimizer_arguments(cfg.optimizer.get("_target_")):
+        return (f"{key} is an argument of {cfg.optimizer._target_} that its config file leaves at torch's default. "
+                f"Fix: +{key}=<value> (the + adds it).")
+    keys = flat_keys(cfg)
     near = closest(key, [k for k in keys if not k.startswith("hydra")])
     if near:
         return f"{key} is not a config key; the closest is {near}. Fix: {near}=<value>."
     return (f"{key} is not a config key. Fix: check the spelling (python launch.py --cfg job lists every key), "
             f"or +{key}=<value> to add a new one on purpose.")
+
+
+def optimizer_arguments(target: str | None) -> list[str]:
+    """The arguments of the optimizer class ``target`` names (none when it is not one)."""
+    import inspect
+
+    from plasticity.validate import optimizer_class
+
+    cls = optimizer_class(target)
+    return [] if cls is None else [name for name in inspect.signature(cls).parameters if name != "params"]
 
 
 def _compose(config_dir: Path, overrides: list[str]):

@@ -258,7 +258,11 @@ def blocks_tag(blocks) -> str:
     """``[8, 9, 10, 11]`` -> ``b8-11``; ``[2, 5]`` -> ``b2.5``; None -> ``""``."""
     if not blocks:
         return ""
-    values = sorted(int(b) for b in blocks)
+    if isinstance(blocks, str) or not hasattr(blocks, "__iter__") or not all(is_int(b) for b in blocks):
+        # Not block indices: the run path still resolves (a resolver's error is OmegaConf's traceback),
+        # and check_blocks names component.blocks before anything runs.
+        return f"b{blocks}"
+    values = sorted(blocks)
     if len(values) > 1 and values == list(range(values[0], values[-1] + 1)):
         return f"b{values[0]}-{values[-1]}"
     return "b" + ".".join(str(b) for b in values)
@@ -278,7 +282,7 @@ def component_tag(name: str, blocks=None, adapter=None, budget=None) -> str:
     if blocks:
         tag += "_" + blocks_tag(blocks)
     if has_adapter(adapter):
-        tag += f"_{adapter['name']}_r{adapter['rank']}"
+        tag += f"_{adapter['name']}_r{adapter.get('rank')}"  # a missing rank: check_job_adapter names it
     return tag
 
 

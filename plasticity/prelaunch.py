@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
 from plasticity.console import console, job_overrides, print_config_tree, print_problems
@@ -38,7 +38,12 @@ class PreLaunchCheck(Callback):
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         started = time.perf_counter()
-        job = Job(0, list(config.hydra.overrides.task), config, Path(os.path.abspath(str(config.hydra.run.dir))))
+        try:
+            run_dir = Path(os.path.abspath(str(config.hydra.run.dir)))
+        except Exception:  # a value that does not resolve: check() names its key (validate.check_resolves)
+            run_dir = None
+        # Unresolved: an override may hold an interpolation that fails (seed=${oc.env:UNSET}); check() names it.
+        job = Job(0, OmegaConf.to_container(config.hydra.overrides.task, resolve=False), config, run_dir)
         check(job, local=True)
         if config.sweep.get("dry_run", False):
             dry_run([job], started)

@@ -15,6 +15,7 @@ import functools
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -88,6 +89,11 @@ class Problems:
         if self.items:
             raise ConfigError(self.items)
 
+    def names(self, key: str) -> bool:
+        """Whether a problem already names ``key`` (messages start with ``<key>=`` or ``<key> ``):
+        the checks that read every key (booleans as words, run paths) add nothing for it then."""
+        return any(item.startswith((f"{key}=", f"{key} ")) for item in self.items)
+
 
 # ----------------------------------------------------------------------------------- values
 
@@ -107,6 +113,32 @@ def positive_int(p: Problems, key: str, value: Any, hint: str = "") -> bool:
 def positive_number(p: Problems, key: str, value: Any, example: str) -> bool:
     ok = is_number(value) and math.isfinite(value) and value > 0
     return p.require(ok, f"{key}={value!r} must be a finite positive number. Fix: e.g. {key}={example}.")
+
+
+def number_in(p: Problems, key: str, value: Any, low: float, high: float, example: str, high_open: bool = False,
+              why: str = "") -> bool:
+    """``value`` is a finite number in ``[low, high]`` (``[low, high)`` when ``high_open``)."""
+    ok = is_number(value) and math.isfinite(value) and low <= value and (value < high if high_open else value <= high)
+    bounds = f"[{low:g}, {high:g}{')' if high_open else ']'}"
+    return p.require(ok, f"{key}={value!r} must be a number in {bounds}{why}. Fix: e.g. {key}={example}.")
+
+
+BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+"""Words that mean a boolean but reach the config as text (``key='true'`` quoted, ``key=yes``)."""
+
+
+def boolean(p: Problems, key: str, value: Any, null: bool = False) -> bool:
+    """``value`` is true or false (or null when ``null`` allows it); a word such as ``'yes'`` is
+    named as text, with the unquoted boolean it means as the fix."""
+    if isinstance(value, bool) or (null and value is None):
+        return True
+    word = BOOL_WORDS.get(value.strip().lower()) if isinstance(value, str) else None
+    # A quoted 'false' is a non-empty string, which Python reads as true: never guessed, always refused.
+    why = " (it is text: quotes or a word such as yes make a string, which reads as true even when it says "\
+          "false)" if word is not None else ""
+    fix = f"{key}={str(word).lower()}, unquoted" if word is not None else f"{key}=true or {key}=false"
+    p.add(f"{key}={value!r} must be true or false{' or null' if null else ''}{why}. Fix: {fix}.")
+    return False
 
 
 def one_of(p: Problems, key: str, value: Any, choices: Iterable[str], fix: str) -> bool:
@@ -164,34 +196,141 @@ def check_seed(cfg: DictConfig, p: Problems) -> None:
               f"seed={seed!r} must be a non-negative integer. Fix: e.g. seed=0 (the paper's seeds: 0, 42, 3407).")
 
 
+def check_flags(cfg: DictConfig, p: Problems) -> None:
+    """The top-level switches (``resume``, ``print_config``, ``sweep.*``) and ``model.pretrained``: booleans."""
+    for key in ("resume", "print_config", "model.pretrained", "sweep.skip_done", "sweep.overwrite", "sweep.dry_run"):
+        boolean(p, key, OmegaConf.select(cfg, key, default=False))
+
+
+def leaves(cfg: DictConfig | dict, prefix: str = "") -> Iterable[tuple[str, Any]]:
+    """Every ``(dotted key, value)`` of a config whose value is not a mapping, interpolations unresolved."""
+    tree = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            yield from leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def check_resolves(cfg: DictConfig, p: Problems) -> bool:
+    """Every key's interpolations resolve (``+optimizer.foo=${nope}``, ``seed=${oc.env:UNSET}``):
+    each one that does not is named with OmegaConf's reason, not its traceback. Returns whether all do.
+
+    ``${hydra:...}`` values resolve only inside the running job (its output folder), so they are left out."""
+    reasons: set[str] = set()
+    # Fewest interpolations first: a broken source (seed=${oc.env:UNSET}) is named, not run_name that reads it.
+    for key, value in sorted(leaves(cfg), key=lambda item: str(item[1]).count("${")):
+        if key.split(".")[0] == "hydra" or "${hydra:" in str(value):
+            continue
+        try:
+            OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+        except Exception as err:  # OmegaConf's errors, or a resolver's: the first line says what
+            reason = str(err).splitlines()[0]
+            if reason not in reasons:  # a key that reads a broken one (run_name reads seed) fails the same way
+                reasons.add(reason)
+                p.add(f"{key}={value!r} cannot be resolved ({reason}). Fix: a plain value, or an interpolation of "
+                      f"a key that exists (python launch.py --cfg job lists them).")
+    return not reasons
+
+
+def check_bool_words(cfg: DictConfig, p: Problems) -> None:
+    """A boolean written as a word (``dataset.augment=yes``, ``resume='false'``) at any key is text,
+    which Python reads as true: refused naming the boolean it means (keys a check named already are skipped).
+
+    No option of the framework takes one of these words as text, so the word is always a boolean meant."""
+    for key, value in leaves(cfg):
+        if key.split(".")[0] != "hydra" and isinstance(value, str) and value.strip().lower() in BOOL_WORDS \
+                and not p.names(key):
+            boolean(p, key, value)
+
+
 def check_callbacks(cfg: DictConfig, p: Problems) -> None:
     """Each ``callbacks.<name>`` must be instantiable (an experiment may set options of a callback
-    that ``callbacks=none`` removed)."""
+    that ``callbacks=none`` removed), with options of its config file only, each valid, and its data
+    present: a missing reference folder is one error at launch, not a failed run in every job."""
     for name, node in (cfg.get("callbacks") or {}).items():
         if node is None:
             continue
-        p.require(isinstance(node, DictConfig) and "_target_" in node,
-                  f"callbacks.{name} has options but no _target_: the {name} callback is not selected "
-                  f"(callbacks={cfg.get('hydra', {}).get('runtime', {}).get('choices', {}).get('callbacks', 'none')}"
-                  f" replaced it). Fix: callbacks={name}, or drop the callbacks.{name}.* overrides.")
-        downstream = node.get("downstream") if isinstance(node, DictConfig) else None
-        if downstream is not None:
-            check_dataset(cfg, p, downstream, key=f"callbacks.{name}.downstream")
-            classes = node.get("downstream_classes")
-            classes = list(classes) if isinstance(classes, ListConfig) else classes
-            count = len(classes) if isinstance(classes, list) else None
-            for problem in _classes_problems(downstream, classes, count):
-                p.add(problem.replace("dataset.classes", f"callbacks.{name}.downstream_classes"))
+        chosen = cfg.get("hydra", {}).get("runtime", {}).get("choices", {}).get("callbacks", "none")
+        if not p.require(isinstance(node, DictConfig) and "_target_" in node,
+                         f"callbacks.{name} has options but no _target_: the {name} callback is not selected "
+                         f"(callbacks={chosen} replaced it). Fix: callbacks={name}, or drop the callbacks.{name}.* "
+                         f"overrides."):
+            continue
+        check_callback_keys(name, node, p)
+        if node._target_ == PLASTICITY_CALLBACK:
+            check_plasticity_callback(cfg, p, f"callbacks.{name}", node)
+
+
+PLASTICITY_CALLBACK = "plasticity.callbacks.PlasticityCallback"
+"""The ``_target_`` of ``callbacks=plasticity`` (not imported here: it loads Lightning)."""
+
+
+def check_callback_keys(name: str, node: DictConfig, p: Problems) -> None:
+    """Options that the callback's config file (``conf/callbacks/<name>.yaml``, the home of its
+    defaults and of every option it takes) does not have: a ``+callbacks.<name>.<key>`` typo."""
+    path = CONF_DIR / "callbacks" / f"{name}.yaml"
+    if not path.is_file():
+        return
+    known = [str(k) for k in (OmegaConf.load(path).get(name) or {})]
+    for key in node:
+        near = closest(str(key), known)
+        fix = f"callbacks.{name}.{near}=<value>" if near else f"drop +callbacks.{name}.{key}"
+        p.require(key in known, f"callbacks.{name}.{key}={node.get(key)!r} is not an option of the {name} callback"
+                                f"{f' (did you mean {near}?)' if near else ''}; its options: {', '.join(known)}. "
+                                f"Fix: {fix}.")
+
+
+def check_plasticity_callback(cfg: DictConfig, p: Problems, key: str, node: DictConfig) -> None:
+    """``callbacks=plasticity``: its options (:func:`check_plasticity_options`), its reference
+    dataset's files and, during pretraining, its downstream dataset's files and classes, read like
+    the run's own data (same data dir, prepared dir and severity)."""
+    check_plasticity_options(p, key, {k: node.get(k) for k in ("every_n_steps", "n_pairs", "batch_size", "mode",
+                                                                "groups")})
+    check_dataset(cfg, p, node.get("reference"), key=f"{key}.reference")
+    downstream = node.get("downstream")
+    if downstream is None:
+        return
+    check_dataset(cfg, p, downstream, key=f"{key}.downstream")
+    classes = node.get("downstream_classes")
+    classes = list(classes) if isinstance(classes, ListConfig) else classes
+    count = len(classes) if isinstance(classes, list) else None
+    for problem in _classes_problems(downstream, classes, count):
+        p.add(problem.replace("dataset.classes", f"{key}.downstream_classes"))
+
+
+def check_plasticity_options(p: Problems, key: str, options: dict[str, Any]) -> None:
+    """The options of :class:`plasticity.callbacks.PlasticityCallback` (also checked by its constructor).
+
+    Args:
+        p: The collector.
+        key: Where the options live (``callbacks.plasticity``), for the messages.
+        options: ``every_n_steps``, ``n_pairs``, ``batch_size``, ``mode`` and ``groups``.
+    """
+    from plasticity.components import GROUPS
+    from plasticity.measure import MODES
+
+    for option, example in (("every_n_steps", 100), ("n_pairs", 256), ("batch_size", 128)):
+        positive_int(p, f"{key}.{option}", options[option], f" Fix: e.g. {key}.{option}={example}.")
+    one_of(p, f"{key}.mode", options["mode"], MODES, f"{key}.mode=embedding (the paper's).")
+    groups = options["groups"]
+    groups = list(groups) if isinstance(groups, (ListConfig, tuple)) else groups
+    p.require(isinstance(groups, list) and groups and all(g in GROUPS for g in groups),
+              f"{key}.groups={groups!r} must be a non-empty list of groups; choices: {', '.join(GROUPS)}. "
+              f"Fix: e.g. {key}.groups=[mha,fc1] (the default, ${{groups:}}, measures all five).")
 
 
 def check_trainer(cfg: DictConfig, p: Problems, local: bool) -> None:
-    """Trainer keys the task owns, and a GPU trainer on a machine without CUDA (``local`` only:
-    a SLURM launch validates the GPU on the node)."""
+    """Trainer keys the task owns, the processes (:func:`check_distributed`), each value Lightning
+    would refuse or misread (:func:`check_trainer_values`), keys the Trainer does not take, and a GPU
+    trainer on a machine without CUDA (``local`` only: a SLURM launch validates the GPU on the node)."""
     trainer = cfg.get("trainer") or {}
     for key, where in TASK_OWNED_TRAINER.items():
         if key in trainer:
             p.add(f"trainer.{key}={trainer[key]!r} is set by the task and would be ignored. Fix: {where}.")
     check_distributed(cfg, p)
+    check_trainer_values(trainer, p)
+    check_trainer_keys(trainer, p)
     accelerator = str(trainer.get("accelerator", "auto"))
     if local and accelerator in ("gpu", "cuda"):
         import torch
@@ -200,6 +339,69 @@ def check_trainer(cfg: DictConfig, p: Problems, local: bool) -> None:
                   f"trainer.accelerator={accelerator!r} (trainer=gpu) needs CUDA, and this machine has no CUDA device. "
                   f"Fix: trainer=cpu here, trainer=default (picks the device), or run on a GPU node "
                   f"(hydra/launcher=slurm).")
+
+
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
+"""``trainer.accelerator`` choices: Lightning's accelerators, ``gpu`` (its alias of cuda) and ``auto``."""
+PRECISIONS = ("auto", "32-true", "bf16-mixed", "16-mixed", "bf16-true", "16-true", "64-true", "transformer-engine",
+              "transformer-engine-float16")
+"""``trainer.precision`` choices: ``auto`` (:func:`plasticity.devices.precision`) and Lightning's own
+(``lightning.fabric.connector._PRECISION_INPUT_STR``; tests/test_validate_options.py checks they agree).
+Lightning's legacy spellings (16, "bf16") are refused: a run's record keeps the one spelling."""
+CLIP_ALGORITHMS = ("norm", "value")
+"""``trainer.gradient_clip_algorithm`` choices (Lightning's ``GradClipAlgorithmType``)."""
+
+
+def check_trainer_values(trainer: Any, p: Problems) -> None:
+    """The Trainer's own options by Lightning's rules, before Lightning is imported."""
+    one_of(p, "trainer.accelerator", trainer.get("accelerator", "auto"), ACCELERATORS,
+           "trainer=cpu, trainer=gpu or trainer=default (auto: CUDA when there is one).")
+    one_of(p, "trainer.precision", trainer.get("precision", "auto"), PRECISIONS,
+           "trainer.precision=auto (bf16-mixed on CUDA, 32-true on the CPU).")
+    clip = trainer.get("gradient_clip_val")
+    p.require(clip is None or (is_number(clip) and math.isfinite(clip) and clip >= 0),
+              f"trainer.gradient_clip_val={clip!r} must be a finite number >= 0 (the largest gradient norm, or "
+              f"value) or null (no clipping). Fix: trainer.gradient_clip_val=1.0 (the paper's).")
+    algorithm = trainer.get("gradient_clip_algorithm")
+    p.require(algorithm is None or algorithm in CLIP_ALGORITHMS,
+              f"trainer.gradient_clip_algorithm={algorithm!r}; choices: {', '.join(CLIP_ALGORITHMS)}. "
+              f"Fix: trainer.gradient_clip_algorithm=norm (the paper clips the global norm).")
+    positive_int(p, "trainer.log_every_n_steps", trainer.get("log_every_n_steps", 1),
+                 " Fix: trainer.log_every_n_steps=1 (every optimizer step).")
+    sanity = trainer.get("num_sanity_val_steps", 0)
+    p.require(is_int(sanity) and sanity >= -1,
+              f"trainer.num_sanity_val_steps={sanity!r} must be an integer >= -1 (-1: the whole validation set). "
+              f"Fix: e.g. trainer.num_sanity_val_steps=0.")
+    for key in ("enable_progress_bar", "enable_model_summary"):
+        boolean(p, f"trainer.{key}", trainer.get(key, True))
+    boolean(p, "trainer.benchmark", trainer.get("benchmark"), null=True)
+    deterministic = trainer.get("deterministic")
+    if deterministic != "warn":  # Lightning's third choice: deterministic where torch can, warn elsewhere
+        boolean(p, "trainer.deterministic", deterministic, null=True)
+
+
+@functools.lru_cache(maxsize=None)
+def trainer_defaults() -> tuple[str, ...]:
+    """The keys of ``conf/trainer/default.yaml``: the Trainer arguments the framework sets."""
+    return tuple(str(k) for k in OmegaConf.load(CONF_DIR / "trainer" / "default.yaml"))
+
+
+def check_trainer_keys(trainer: Any, p: Problems) -> None:
+    """A key added with ``+trainer.<key>`` that ``lightning.pytorch.Trainer`` does not take. Lightning
+    (seconds to import) is read only when such a key is there."""
+    extra = [str(k) for k in trainer if str(k) not in trainer_defaults() and str(k) not in TASK_OWNED_TRAINER]
+    if not extra:
+        return
+    import inspect
+
+    from lightning.pytorch import Trainer
+
+    arguments = list(inspect.signature(Trainer).parameters)
+    for key in extra:
+        near = closest(key, arguments)
+        p.require(key in arguments, f"trainer.{key}={trainer.get(key)!r} is not an argument of lightning's Trainer"
+                                    f"{f' (did you mean {near}?)' if near else ''}. Fix: "
+                                    f"{f'+trainer.{near}=<value>' if near else f'drop +trainer.{key}'}.")
 
 
 DDP_STRATEGIES = ("auto", "ddp")
@@ -249,6 +451,108 @@ def check_distributed(cfg: DictConfig, p: Problems) -> None:
               f"{target.rsplit('.', 1)[-1] or 'basic'} launcher: Lightning starts a run's other processes by "
               f"re-running the command, which would re-run the whole sweep. Fix: launch such a run on its own "
               f"(no -m), or hydra/launcher=slurm hydra.launcher.tasks_per_node={world // nodes}.")
+
+
+# ----------------------------------------------------------------------------------- optimizer
+
+
+OPTIMIZER_FIX = "optimizer=sgd (the paper's) or optimizer=adamw (conf/optimizer)"
+
+
+def optimizer_class(target: Any) -> type | None:
+    """The class ``optimizer._target_`` names when it is a ``torch.optim.Optimizer``, else None."""
+    import importlib
+
+    import torch
+
+    module, _, name = str(target).rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module), name) if module else None
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return found if isinstance(found, type) and issubclass(found, torch.optim.Optimizer) else None
+
+
+def _check_momentum(p: Problems, key: str, value: Any) -> bool:
+    return number_in(p, key, value, 0, 1, "0.9", high_open=True, why=" (the share of the last step kept; 1 never "
+                                                                      "forgets a step)")
+
+
+def _check_betas(p: Problems, key: str, value: Any) -> bool:
+    values = list(value) if isinstance(value, (ListConfig, list, tuple)) else None
+    ok = values is not None and len(values) == 2 and all(is_number(v) and 0 <= v < 1 for v in values)
+    return p.require(ok, f"{key}={value!r} must be a pair [beta1, beta2] of numbers in [0, 1) (the decay of the "
+                         f"gradient's running mean and of its square). Fix: e.g. {key}=[0.9,0.999] (torch's).")
+
+
+OPTIMIZER_RULES: dict[str, Callable[[Problems, str, Any], bool]] = {
+    "momentum": _check_momentum,
+    "dampening": lambda p, key, value: number_in(p, key, value, 0, 1, "0.0"),
+    "weight_decay": lambda p, key, value: number_in(p, key, value, 0, math.inf, "0.0", why=" (0: none)"),
+    "betas": _check_betas,
+    "eps": lambda p, key, value: positive_number(p, key, value, "1e-8"),
+    "foreach": lambda p, key, value: boolean(p, key, value, null=True),
+    "fused": lambda p, key, value: boolean(p, key, value, null=True),
+}
+"""The optimizers' arguments by torch's own rules (momentum below 1, as every schedule here assumes);
+an argument whose default is a boolean (``nesterov``, ``amsgrad``, ``maximize`` ...) is a boolean, and
+``lr`` is checked for every class (:func:`check_optimizer`)."""
+
+
+def check_optimizer(cfg: DictConfig, p: Problems) -> None:
+    """``optimizer``: a ``torch.optim`` optimizer built as a partial (the module passes the
+    parameters), with only the arguments its class takes, each by its rule (:data:`OPTIMIZER_RULES`)."""
+    import inspect
+
+    node = cfg.get("optimizer") or {}
+    target = node.get("_target_")
+    positive_number(p, "optimizer.lr", node.get("lr"), "1e-2")  # the module reads it whatever the class
+    p.require(node.get("_partial_") is True, f"optimizer._partial_={node.get('_partial_')!r} must be true: the "
+                                             f"module builds the optimizer from the trainable parameters. "
+                                             f"Fix: optimizer._partial_=true.")
+    cls = optimizer_class(target)
+    if cls is None:
+        p.add(_not_an_optimizer(target))
+        return
+    signature = inspect.signature(cls).parameters
+    arguments = [name for name in signature if name != "params"]
+    for name in (str(k) for k in node if not str(k).startswith("_")):
+        key, value = f"optimizer.{name}", node.get(name)
+        if name not in arguments:
+            near = closest(name, arguments)
+            fix = f"optimizer.{near}=<value>" if near else f"drop {key}"
+            p.add(f"{key}={value!r} is not an argument of {target}{f' (did you mean {near}?)' if near else ''}; "
+                  f"its arguments: {', '.join(arguments)}. Fix: {fix}, or an optimizer that takes it "
+                  f"(optimizer=sgd | adamw).")
+        elif name in OPTIMIZER_RULES:
+            OPTIMIZER_RULES[name](p, key, value)
+        elif isinstance(signature[name].default, bool):
+            boolean(p, key, value)
+    _check_nesterov(node, signature, p)
+
+
+def _check_nesterov(node: Any, signature: Any, p: Problems) -> None:
+    """torch's rule: Nesterov momentum needs a momentum above 0 and no dampening."""
+    if node.get("nesterov") is not True or "nesterov" not in signature:
+        return
+    momentum = node.get("momentum", signature["momentum"].default)
+    dampening = node.get("dampening", signature["dampening"].default)
+    p.require(is_number(momentum) and momentum > 0 and dampening == 0,
+              f"optimizer.nesterov=True needs optimizer.momentum > 0 and optimizer.dampening=0 (torch's rule); "
+              f"they are {momentum!r} and {dampening!r}. Fix: optimizer.momentum=0.9 optimizer.dampening=0, or "
+              f"optimizer.nesterov=false.")
+
+
+def _not_an_optimizer(target: Any) -> str:
+    import torch
+
+    names = [n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
+             and issubclass(getattr(torch.optim, n), torch.optim.Optimizer) and n != "Optimizer"]
+    near = did_you_mean(str(target).rpartition(".")[2].lower(), [n.lower() for n in names])
+    near = next((f"torch.optim.{n}" for n in names if near and n.lower() == near[0]), None)
+    return (f"optimizer._target_={target!r} is not a torch.optim optimizer class"
+            f"{f' (did you mean {near}?)' if near else ''}. Fix: {OPTIMIZER_FIX}, or the import path of a "
+            f"torch.optim.Optimizer subclass.")
 
 
 def _launch_of(cfg: DictConfig) -> tuple[str | None, Any]:
@@ -335,8 +639,7 @@ def check_dataset_values(data: DictConfig, p: Problems) -> None:
         _check_channels(p, key, data.get(key), positive=key == "std")
     _check_crop_scale(p, data.get("crop_scale"))
     for key in ("augment", "hflip", "download"):
-        value = data.get(key)
-        p.require(isinstance(value, bool), f"dataset.{key}={value!r} must be true or false.")
+        boolean(p, f"dataset.{key}", data.get(key))
 
 
 def _classes_problems(name: str, classes: list, num_classes: Any) -> list[str]:
@@ -410,3 +713,87 @@ def _unknown_dataset(name: str, key: str, choices) -> str:
     near = closest(str(name), sorted(choices))
     return (f"{key}={name!r} is not a dataset.{f' Did you mean {near}?' if near else ''} Choices: "
             f"{', '.join(sorted(choices))}. Fix: {key}=<one of them>.")
+
+
+# ----------------------------------------------------------------------------------- run paths
+
+FOLDER_KEYS = ("dataset.name", "task.reference")
+"""Run-path keys whose values may hold a ``/`` (``fashion_mnist_c/motion_blur``: a folder per
+corruption, on purpose); any other ``/`` would add a folder the run's path does not have."""
+_PATH_KEY = re.compile(r"(?<=[{,:])\s*([A-Za-z_][\w.]*)\s*(?=[},])")
+"""The config keys an interpolation reads: ``${a.b}``, ``${resolver:a.b,c}``, ``${oc.select:a.b,null}``."""
+
+
+def path_keys(template: str, cfg: DictConfig) -> list[str]:
+    """The config keys that a run-path template (``run_name``, ``hydra.run.dir``) reads."""
+    keys = dict.fromkeys(_PATH_KEY.findall(str(template)))
+    return [key for key in keys if OmegaConf.select(cfg, key, default=_ABSENT, throw_on_resolution_failure=False)
+            is not _ABSENT]
+
+
+_ABSENT = object()
+
+
+def _raw(cfg: DictConfig, key: str) -> Any:
+    """The value at ``key`` before interpolation (``${...}`` text), or :data:`_ABSENT`."""
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, throw_on_resolution_failure=False) if parent else cfg
+    if not isinstance(node, DictConfig) or leaf not in node:
+        return _ABSENT
+    return OmegaConf.to_container(node, resolve=False)[leaf]
+
+
+def check_run_path(cfg: DictConfig, p: Problems) -> None:
+    """``run_name`` (the run's path under ``paths.output_dir``) resolves, and no value it reads adds a
+    folder to it. Runs after :func:`check_resolves`, which names a key it cannot resolve (a
+    missing key it reads included), so what is left is a value with a ``/``."""
+    template = _raw(cfg, "run_name")
+    if template is _ABSENT:
+        return
+    for key in path_keys(template, cfg):
+        value = OmegaConf.select(cfg, key)
+        if key in FOLDER_KEYS or not isinstance(value, (str, int, float)) or p.names(key):
+            continue
+        p.require("/" not in str(value) and str(value) not in (".", ".."),
+                  f"{key}={value!r} would add a folder to the run's path ({template}), which has one folder per "
+                  f"key. Fix: a value without '/'.")
+
+
+def run_folder(cfg: DictConfig) -> tuple[str, Path] | None:
+    """The key that places the run's folder (``paths.output_dir``, ``sweep_dir``) and the folder, from
+    the job config's ``hydra`` node (a launch's check); None without one (in the job, which Hydra has
+    already placed) or when it does not resolve (:func:`check_run_path` names why)."""
+    if "hydra" not in cfg:
+        return None
+    mode, _ = _launch_of(cfg)
+    parts = ("run.dir",) if mode == "RUN" else ("sweep.dir", "sweep.subdir")
+    try:
+        folder = Path(os.path.abspath("/".join(str(OmegaConf.select(cfg.hydra, part, throw_on_resolution_failure=True))
+                                               for part in parts)))
+    except Exception:  # reported by check_run_path
+        return None
+    leading = re.match(r"^\$\{([\w.]+)\}", str(_raw(cfg, f"hydra.{parts[0]}")))
+    return (leading.group(1) if leading else f"hydra.{parts[0]}"), folder
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created and written into, or None; nothing is created (the nearest
+    existing folder above it must be a folder this process may write)."""
+    for existing in (folder, *folder.parents):
+        if existing.is_dir():
+            if not os.access(existing, os.W_OK | os.X_OK):  # EROFS for a read-only mount, even as root
+                return f"{existing} is read-only"
+            return None
+        if existing.exists() or existing.is_symlink():
+            return f"{existing} is a file, not a folder"
+    return None
+
+
+def check_run_folder(cfg: DictConfig, p: Problems) -> None:
+    """The run's folder can be created and written, before anything is (no traceback from makedirs)."""
+    found = run_folder(cfg)
+    why = unwritable(found[1]) if found else None
+    if why:
+        key, folder = found
+        p.add(f"{key}={OmegaConf.select(cfg, key, default=str(folder))!r}: the run's folder {folder} cannot be "
+              f"created ({why}). Fix: {key}=<a folder you can write> (or PLASTICITY_ROOT=<one> for every path).")

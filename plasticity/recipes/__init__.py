@@ -27,7 +27,15 @@ from typing import Any, ClassVar, Protocol
 
 from omegaconf import DictConfig
 
-from plasticity.validate import Problems, check_top_level
+from plasticity.validate import (
+    Problems,
+    check_bool_words,
+    check_flags,
+    check_resolves,
+    check_run_folder,
+    check_run_path,
+    check_top_level,
+)
 
 __all__ = ["REGISTRY", "Recipe", "get", "names", "register", "tree_sections", "validate"]
 
@@ -96,8 +104,15 @@ def validate(cfg: DictConfig, local: bool = True) -> list[str]:
             on the node).
     """
     p = Problems()
+    if not check_resolves(cfg, p):  # every check below reads values: a key that cannot resolve stops here
+        return p.items
     check_top_level(cfg, p)  # a mistyped key (+optimzer.lr=1) is reported whatever the task
+    check_flags(cfg, p)
     task = cfg.get("task", {}).get("name")
     if p.check(get, task):  # an unknown task: get's message, and nothing more to check
         get(task).validate(cfg, p, local)
+    # Last: these read every key, and skip the keys the checks above already named.
+    check_bool_words(cfg, p)
+    check_run_path(cfg, p)
+    check_run_folder(cfg, p)
     return p.items
