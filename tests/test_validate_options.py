@@ -1,0 +1,211 @@
+"""Every option checked before compute (issue 19, item 4): the optimizer's and the trainer's arguments,
+the callbacks' options and data, booleans written as words, values no run path can hold, output folders
+that cannot be written, and experiments that compose with every launcher."""
+
+import os
+import typing
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from plasticity.validate import ACCELERATORS, PRECISIONS, Problems, check_plasticity_options, unwritable
+from tests.test_trust import BUILT, launch
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+EXPERIMENTS = sorted(str(p.relative_to(CONF / "experiment").with_suffix(""))
+                     for p in (CONF / "experiment").rglob("*.yaml") if not p.name.startswith("_"))
+LAUNCHERS = ["basic", "joblib", "parallel", "local", "slurm"]
+
+
+# ----------------------------------------------------------------------------------- launches
+
+# Each launch holds several bad options of one kind: every problem is reported at once.
+BAD = [
+    ("sgd", ["optimizer.momentum=1.5", "optimizer.weight_decay=-0.1", "+optimizer.dampening=2",
+             "+optimizer.nesterv=true", "optimizer._partial_=false"],
+     ["5 problems", "optimizer.momentum=1.5 must be a number in [0, 1)", "Fix: e.g. optimizer.momentum=0.9",
+      "optimizer.weight_decay=-0.1 must be a number in [0, inf]", "Fix: e.g. optimizer.weight_decay=0.0",
+      "optimizer.dampening=2 must be a number in [0, 1]. Fix: e.g. optimizer.dampening=0.0",
+      "optimizer.nesterv=True is not an argument of torch.optim.SGD (did you mean nesterov?)",
+      "Fix: optimizer.nesterov=<value>", "optimizer._partial_=False must be true", "Fix: optimizer._partial_=true"]),
+    ("nesterov", ["+optimizer.nesterov=true", "optimizer.momentum=0"],
+     ["optimizer.nesterov=True needs optimizer.momentum > 0 and optimizer.dampening=0",
+      "Fix: optimizer.momentum=0.9 optimizer.dampening=0"]),
+    ("adamw", ["optimizer=adamw", "optimizer.betas=[0.9,1.0]", "+optimizer.eps=0", "+optimizer.momentum=0.9"],
+     ["3 problems", "optimizer.betas=[0.9, 1.0] must be a pair [beta1, beta2] of numbers in [0, 1)",
+      "Fix: e.g. optimizer.betas=[0.9,0.999]", "optimizer.eps=0 must be a finite positive number",
+      "Fix: e.g. optimizer.eps=1e-8", "optimizer.momentum=0.9 is not an argument of torch.optim.AdamW",
+      "its arguments: lr, betas, eps", "Fix: drop optimizer.momentum"]),
+    ("target", ["optimizer._target_=torch.optim.Sgd"],
+     ["optimizer._target_='torch.optim.Sgd' is not a torch.optim optimizer class (did you mean torch.optim.SGD?)",
+      "Fix: optimizer=sgd"]),
+    ("cli_argument", ["optimizer.nesterov=true"], ["optimizer.nesterov is an argument of torch.optim.SGD",
+                                                   "Fix: +optimizer.nesterov=<value>"]),
+    ("trainer", ["trainer.gradient_clip_val=-1", "trainer.gradient_clip_algorithm=l2", "trainer.precision=16",
+                 "trainer.accelerator=gpus", "trainer.devices=0", "trainer.num_sanity_val_steps=-2",
+                 "+trainer.max_tme=5"],
+     ["7 problems", "trainer.gradient_clip_val=-1 must be a finite number >= 0", "Fix: trainer.gradient_clip_val=1.0",
+      "trainer.gradient_clip_algorithm='l2'; choices: norm, value", "Fix: trainer.gradient_clip_algorithm=norm",
+      "trainer.precision=16; choices: auto, 32-true, bf16-mixed", "Fix: trainer.precision=auto",
+      "trainer.accelerator='gpus'; choices: auto, cpu, gpu", "Fix: trainer=cpu",
+      "trainer.devices=0 must be a positive number", "Fix: e.g. trainer.devices=",
+      "trainer.num_sanity_val_steps=-2 must be an integer >= -1", "Fix: e.g. trainer.num_sanity_val_steps=0",
+      "trainer.max_tme=5 is not an argument of lightning's Trainer (did you mean max_time?)",
+      "Fix: +trainer.max_time=<value>"]),
+    ("callback", ["callbacks=plasticity", "callbacks.plasticity.reference=cifar10",
+                  "callbacks.plasticity.every_n_steps=0", "callbacks.plasticity.mode=layers",
+                  "callbacks.plasticity.groups=[mha,attn]", "+callbacks.plasticity.n_pair=8"],
+     ["5 problems", "cifar10: missing", "paths.data_dir",
+      "callbacks.plasticity.every_n_steps=0 must be a positive integer",
+      "Fix: e.g. callbacks.plasticity.every_n_steps=100",
+      "callbacks.plasticity.mode='layers'; choices: embedding, layer. Fix: callbacks.plasticity.mode=embedding",
+      "callbacks.plasticity.groups=['mha', 'attn'] must be a non-empty list of groups",
+      "Fix: e.g. callbacks.plasticity.groups=[mha,fc1]",
+      "callbacks.plasticity.n_pair=8 is not an option of the plasticity callback (did you mean n_pairs?)",
+      "Fix: callbacks.plasticity.n_pairs=<value>"]),
+    ("bool_words", ["dataset.augment=yes", "resume='false'", "trainer.enable_progress_bar=off", "model.pretrained=1",
+                    "+optimizer.nesterov=yes"],
+     ["5 problems", "dataset.augment='yes' must be true or false (it is text", "Fix: dataset.augment=true, unquoted",
+      "resume='false' must be true or false", "Fix: resume=false, unquoted",
+      "trainer.enable_progress_bar='off' must be true or false", "Fix: trainer.enable_progress_bar=false, unquoted",
+      "model.pretrained=1 must be true or false", "Fix: model.pretrained=true or model.pretrained=false",
+      "optimizer.nesterov='yes' must be true or false", "Fix: optimizer.nesterov=true, unquoted"]),
+    ("path_type", ["component.blocks=abc"], ["component.blocks='abc' must be null (every block) or a list",
+                                             "Fix: e.g. component.blocks=[8,9,10,11]"]),
+    ("path_interpolation", ["seed=${oc.env:PLASTICITY_UNSET_VARIABLE}"],
+     ["seed='${oc.env:PLASTICITY_UNSET_VARIABLE}' cannot be resolved",
+      "Environment variable 'PLASTICITY_UNSET_VARIABLE' not found", "Fix: a plain value"]),
+    ("path_missing", ["~optimizer._target_"], ["run_name=", "Interpolation key 'optimizer._target_' not found",
+                                               "Fix:"]),
+    ("output_under_file", ["paths.output_dir={file}/out"],
+     ["paths.output_dir='{file}/out': the run's folder", "({file} is a file, not a folder)",
+      "Fix: paths.output_dir=<a folder you can write>"]),
+]
+
+
+@pytest.mark.parametrize("name, overrides, messages", BAD, ids=[b[0] for b in BAD])
+def test_a_bad_option_is_named_with_its_fix_before_compute(tmp_path_factory, data_dir, name, overrides, messages):
+    root = tmp_path_factory.mktemp("launch")
+    file = tmp_path_factory.mktemp("elsewhere") / "a_file"
+    file.write_text("not a folder\n")
+    proc = launch(root, data_dir, *[o.replace("{file}", str(file)) for o in overrides])
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    for message in messages:
+        assert message.replace("{file}", str(file)) in out, out[-3000:]
+    assert BUILT not in out and "Traceback" not in out
+    assert list(root.iterdir()) == []  # nothing written
+    assert file.read_text() == "not a folder\n"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a folder of mode 555: nothing is read-only to it")
+def test_a_read_only_output_folder_is_named_before_compute(tmp_path, data_dir):
+    read_only = tmp_path / "read_only"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    try:
+        proc = launch(tmp_path, data_dir, f"paths.output_dir={read_only}/outputs")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 1 and f"({read_only} is read-only)" in out and "Fix: paths.output_dir=" in out
+        assert BUILT not in out and "Traceback" not in out and list(read_only.iterdir()) == []
+    finally:
+        read_only.chmod(0o755)
+
+
+def test_a_multirun_names_the_bad_output_folder_in_every_job(tmp_path, data_dir):
+    file = tmp_path / "a_file"
+    file.write_text("")
+    proc = launch(tmp_path, data_dir, f"paths.output_dir={file}/out", "seed=0,42", multirun=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "2 of 2 jobs have" in out and f"({file} is a file, not a folder)" in out
+    assert BUILT not in out and sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+# ----------------------------------------------------------------------------------- in-process
+
+
+def test_unwritable_says_read_only_without_creating_anything(tmp_path, monkeypatch):
+    target = tmp_path / "a" / "b"
+    assert unwritable(target) is None and not (tmp_path / "a").exists()
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as a read-only mount answers, even to root
+    assert unwritable(target) == f"{tmp_path} is read-only"
+    assert not (tmp_path / "a").exists()
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["optimizer._target_=torch.nn.Linear"], "optimizer._target_='torch.nn.Linear' is not a torch.optim optimizer"),
+    (["optimizer._target_=torch.optim.SGD/x"], "optimizer._target_='torch.optim.SGD/x' is not a torch.optim"),
+    (["trainer.gradient_clip_val=abc"], "trainer.gradient_clip_val='abc' must be a finite number >= 0"),
+    (["trainer.deterministic=maybe"], "trainer.deterministic='maybe' must be true or false or null"),
+    (["+optimizer.foreach=2"], "optimizer.foreach=2 must be true or false or null"),
+])
+def test_more_bad_options_are_named_with_their_fix(data_dir, overrides, message):
+    from omegaconf import OmegaConf
+
+    from plasticity.recipes import validate
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["debug=tiny", f"paths.data_dir={data_dir}", *overrides])
+    GlobalHydra.instance().clear()
+    problems = validate(OmegaConf.create(OmegaConf.to_container(cfg)))
+    assert len(problems) == 1 and message in problems[0] and "Fix:" in problems[0], problems
+
+
+def test_the_plasticity_callback_refuses_what_the_launch_refuses():
+    from plasticity.callbacks import PlasticityCallback
+    from plasticity.validate import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        PlasticityCallback("fashion_mnist", every_n_steps=0, mode="layers", groups=("mha", "attn"))
+    assert len(err.value.problems) == 3 and "PlasticityCallback.every_n_steps=0" in str(err.value)
+    p = Problems()
+    check_plasticity_options(p, "callbacks.plasticity", {"every_n_steps": 100, "n_pairs": 256, "batch_size": 128,
+                                                         "mode": "embedding", "groups": ["mha"]})
+    assert not p
+
+
+def test_the_trainer_choices_are_lightnings():
+    from lightning.fabric.connector import _PRECISION_INPUT_STR
+    from lightning.pytorch.accelerators import AcceleratorRegistry
+
+    assert set(PRECISIONS) == {"auto", *typing.get_args(_PRECISION_INPUT_STR)}
+    assert set(ACCELERATORS) == {"auto", "gpu", *AcceleratorRegistry.available_accelerators()}
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes_with_every_launcher(experiment):
+    for launcher in LAUNCHERS:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose("config", overrides=[f"experiment={experiment}", f"hydra/launcher={launcher}"],
+                          return_hydra_config=True)
+        assert cfg.hydra.runtime.choices["hydra/launcher"] == launcher
+    GlobalHydra.instance().clear()
+
+
+def test_the_quickstart_runs_two_at_a_time_unless_another_launcher_is_named():
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["experiment=quickstart"], return_hydra_config=True)
+    assert cfg.hydra.launcher.n_jobs == 2 and "joblib" in cfg.hydra.launcher._target_
+    GlobalHydra.instance().clear()
+
+
+def test_a_run_path_value_with_a_slash_is_named():
+    from omegaconf import OmegaConf
+
+    from plasticity.validate import check_run_path
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=["dataset=fashion_mnist_c/motion_blur"])
+    OmegaConf.update(cfg, "optimizer._target_", "torch.optim.SGD/x")
+    p = Problems()
+    check_run_path(cfg, p)  # dataset.name's '/' is a folder on purpose: not named
+    assert p.items == [f"optimizer._target_='torch.optim.SGD/x' would add a folder to the run's path "
+                       f"({OmegaConf.to_container(cfg, resolve=False)['run_name']}), which has one folder per key. "
+                       f"Fix: a value without '/'."]
+    GlobalHydra.instance().clear()
