@@ -157,7 +157,10 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
     try:
         return decide_and_run(cfg, recipe, run_dir, identity, multirun)
     finally:
-        conclude(run_dir, num_nodes=nodes)  # ranks still waiting (no training started) stop too
+        try:
+            conclude(run_dir, num_nodes=nodes)  # ranks still waiting (no training started) stop too
+        except OSError as err:  # the disk gave out (the record says so); a later launch's ranks match by token
+            log.warning("could not remove rank 0's decision file from %s (%s)", run_dir, err)
         lock.release()  # last: a launch that takes the lock next must not see this one's decision file go
 
 

@@ -78,3 +78,20 @@ class Vanish(Callback):
 
             shutil.rmtree(trainer.default_root_dir)
             self.step = -1  # once
+
+
+class ReadOnly(Callback):
+    """Makes the run folder read-only at step ``step``: a read-only bind mount over it (what a disk
+    that fails over to read-only does to every new write; root only). The test unmounts it."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            import subprocess
+
+            folder = trainer.default_root_dir
+            subprocess.run(["mount", "--bind", folder, folder], check=True)
+            subprocess.run(["mount", "-o", "remount,bind,ro", folder], check=True)
+            self.step = -1  # once

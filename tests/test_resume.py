@@ -341,6 +341,25 @@ def test_a_full_disk_stops_the_run_cleanly_and_a_relaunch_with_room_resumes(tmp_
 
 
 @pytest.mark.slow
+def test_a_folder_turned_read_only_stops_the_run_and_a_relaunch_resumes(tmp_path, data_dir, whole):
+    run = run_dir(tmp_path / "outputs")
+    try:
+        cut = launch(tmp_path, data_dir, "+callbacks.fault._target_=tests.faults.ReadOnly", "+callbacks.fault.step=7")
+        out = cut.stdout + cut.stderr
+        if "mount" in out and "permission denied" in out.lower():
+            pytest.skip("cannot bind-mount here (needs root)")
+        assert cut.returncode == 1 and "Traceback" not in out, out[-3000:]
+        assert f"run stopped: the file system is read-only writing {run}" in out
+        assert "could not record the run" in out and not (run / "result.json").exists()  # nowhere to record
+    finally:
+        subprocess.run(["umount", "-l", str(run)], check=False)  # writable again
+    resumed = launch(tmp_path, data_dir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming an interrupted run from step 5 of 17" in resumed.stdout + resumed.stderr
+    assert_same_run(whole, run)
+
+
+@pytest.mark.slow
 def test_a_run_folder_that_vanishes_stops_with_one_line(tmp_path, data_dir):
     cut = launch(tmp_path, data_dir, "+callbacks.fault._target_=tests.faults.Vanish", "+callbacks.fault.step=6")
     out = cut.stdout + cut.stderr
