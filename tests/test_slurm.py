@@ -135,10 +135,17 @@ def weights(path: Path) -> dict[str, torch.Tensor]:
 
 
 def assert_same_run(a: Path, b: Path) -> None:
-    """Two runs ended with the same metrics and the same trainable weights."""
+    """Two runs ended with the same metrics (every row, the interrupted parts' included) and the same
+    trainable weights."""
+    from plasticity.report.collect import read_metrics
+
     ra, rb = result(a), result(b)
     for key in ("best_val_acc", "test_acc", "test_loss", "best_step", "steps"):
         assert ra[key] == rb[key], key
+    columns = ["train/loss", "val/acc", "lr"]
+    ma, mb = read_metrics(a, columns)[0], read_metrics(b, columns)[0]
+    for column in columns:
+        assert ma[column][0].tolist() == mb[column][0].tolist() and ma[column][1].tolist() == mb[column][1].tolist()
     wa, wb = weights(a), weights(b)
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
 
@@ -379,7 +386,9 @@ def test_requeued_job_resumes_to_the_uninterrupted_result(interrupted, slurm_clu
     run = interrupted.run("preempted")
     record = result(run)
     assert record["status"] == "done" and record["resumed"] is True, "the run ended before the requeue landed"
-    assert "resuming an interrupted run from step" in (run / "launch.log").read_text()
+    log = (run / "launch.log").read_text()
+    assert "run interrupted (stopped by SIGTERM)" in log  # the requeue's SIGTERM was recorded, then resumed
+    assert "resuming an interrupted run from step 7 of 600" in log  # the checkpoint inside the first epoch
     assert (run / "metrics.part0.csv").is_file()  # the same run directory: the first part's metrics kept
     assert "done 1 (skipped 0)" in out
     assert_same_run(interrupted.run("reference"), run)
@@ -397,7 +406,9 @@ def test_job_past_its_time_limit_is_requeued_and_finishes(interrupted, slurm_clu
     run = interrupted.run("timed_out")
     record = result(run)
     assert record["status"] == "done" and record["resumed"] is True
-    assert "resuming an interrupted run from step" in (run / "launch.log").read_text()
+    log = (run / "launch.log").read_text()
+    assert "run interrupted (stopped by SIGUSR2)" in log  # noted, then handed to submitit, which requeued
+    assert "resuming an interrupted run from step" in log
     assert_same_run(interrupted.run("reference"), run)
 
 
