@@ -792,7 +792,7 @@ def unwritable(folder: Path) -> str | None:
 def check_run_folder(cfg: DictConfig, p: Problems) -> None:
     """The run's folder can be created and written, before anything is (no traceback from makedirs)."""
     found = run_folder(cfg)
-    why = unwritable(found[1]) if found else None
+    why = unwritable(found[1]) if found and not p.names(found[0]) else None  # sweep_dir: the report names it
     if why:
         key, folder = found
         p.add(f"{key}={OmegaConf.select(cfg, key, default=str(folder))!r}: the run's folder {folder} cannot be "
