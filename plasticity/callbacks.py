@@ -12,7 +12,7 @@ import torch
 
 from plasticity.components import GROUPS
 from plasticity.data import DataSpec, load_splits
-from plasticity.measure import measure, pair_indices
+from plasticity.measure import MODES, measure, pair_indices
 from plasticity.runs.checkpoints import DURING_TRAINING
 from plasticity.runs.io import write_csv_atomic
 from plasticity.validate import Problems, check_plasticity_options
@@ -68,7 +68,8 @@ class PlasticityCallback(L.Callback):
                  downstream_classes: list[int] | None = None) -> None:
         p = Problems()  # the launch checked the same options (validate.check_callbacks): one rule for both
         check_plasticity_options(p, type(self).__name__, {"every_n_steps": every_n_steps, "n_pairs": n_pairs,
-                                                          "batch_size": batch_size, "mode": mode, "groups": groups})
+                                                          "batch_size": batch_size, "mode": mode, "groups": groups},
+                                 GROUPS, MODES)
         p.raise_if_any()
         self.reference = reference
         self.every_n_steps, self.n_pairs, self.batch_size = every_n_steps, n_pairs, batch_size

@@ -78,7 +78,8 @@ def expand(config: DictConfig) -> list[list[str]]:
     from hydra.errors import HydraException
 
     params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
-    params += list(config.hydra.overrides.task)
+    # resolve=False: an override's value is text for Hydra to parse (``seed=${oc.env:S}``), not ours to resolve.
+    params += OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
     values: dict[str, list[str]] = {}  # insertion-ordered: a replaced key keeps its first place, as in Hydra
     for override in OverridesParser.create().parse_overrides(params):
         key = override.get_key_element()

@@ -244,10 +244,13 @@ def check_bool_words(cfg: DictConfig, p: Problems) -> None:
             boolean(p, key, value)
 
 
-def check_callbacks(cfg: DictConfig, p: Problems) -> None:
+def check_callbacks(cfg: DictConfig, p: Problems, groups: tuple[str, ...], modes: tuple[str, ...]) -> None:
     """Each ``callbacks.<name>`` must be instantiable (an experiment may set options of a callback
     that ``callbacks=none`` removed), with options of its config file only, each valid, and its data
-    present: a missing reference folder is one error at launch, not a failed run in every job."""
+    present: a missing reference folder is one error at launch, not a failed run in every job.
+
+    ``groups`` and ``modes`` are the choices of the plasticity callback's options
+    (``components.GROUPS``, ``measure.MODES``), handed in: those modules import this one."""
     for name, node in (cfg.get("callbacks") or {}).items():
         if node is None:
             continue
@@ -259,7 +262,7 @@ def check_callbacks(cfg: DictConfig, p: Problems) -> None:
             continue
         check_callback_keys(name, node, p)
         if node._target_ == PLASTICITY_CALLBACK:
-            check_plasticity_callback(cfg, p, f"callbacks.{name}", node)
+            check_plasticity_callback(cfg, p, f"callbacks.{name}", node, groups, modes)
 
 
 PLASTICITY_CALLBACK = "plasticity.callbacks.PlasticityCallback"
@@ -281,12 +284,13 @@ def check_callback_keys(name: str, node: DictConfig, p: Problems) -> None:
                                 f"Fix: {fix}.")
 
 
-def check_plasticity_callback(cfg: DictConfig, p: Problems, key: str, node: DictConfig) -> None:
+def check_plasticity_callback(cfg: DictConfig, p: Problems, key: str, node: DictConfig, groups: tuple[str, ...],
+                              modes: tuple[str, ...]) -> None:
     """``callbacks=plasticity``: its options (:func:`check_plasticity_options`), its reference
     dataset's files and, during pretraining, its downstream dataset's files and classes, read like
     the run's own data (same data dir, prepared dir and severity)."""
     check_plasticity_options(p, key, {k: node.get(k) for k in ("every_n_steps", "n_pairs", "batch_size", "mode",
-                                                                "groups")})
+                                                                "groups")}, groups, modes)
     check_dataset(cfg, p, node.get("reference"), key=f"{key}.reference")
     downstream = node.get("downstream")
     if downstream is None:
@@ -299,16 +303,18 @@ def check_plasticity_callback(cfg: DictConfig, p: Problems, key: str, node: Dict
         p.add(problem.replace("dataset.classes", f"{key}.downstream_classes"))
 
 
-def check_plasticity_options(p: Problems, key: str, options: dict[str, Any]) -> None:
+def check_plasticity_options(p: Problems, key: str, options: dict[str, Any], groups: tuple[str, ...],
+                             modes: tuple[str, ...]) -> None:
     """The options of :class:`plasticity.callbacks.PlasticityCallback` (also checked by its constructor).
 
     Args:
         p: The collector.
         key: Where the options live (``callbacks.plasticity``), for the messages.
         options: ``every_n_steps``, ``n_pairs``, ``batch_size``, ``mode`` and ``groups``.
+        groups: The groups one may measure (``components.GROUPS``).
+        modes: The measurement modes (``measure.MODES``).
     """
-    from plasticity.components import GROUPS
-    from plasticity.measure import MODES
+    GROUPS, MODES = groups, modes  # noqa: N806  (the constants' names, as in the messages)
 
     for option, example in (("every_n_steps", 100), ("n_pairs", 256), ("batch_size", 128)):
         positive_int(p, f"{key}.{option}", options[option], f" Fix: e.g. {key}.{option}={example}.")

@@ -3,6 +3,7 @@ the callbacks' options and data, booleans written as words, values no run path c
 that cannot be written, and experiments that compose with every launcher."""
 
 import os
+import subprocess
 import typing
 from pathlib import Path
 
@@ -100,18 +101,26 @@ def test_a_bad_option_is_named_with_its_fix_before_compute(tmp_path_factory, dat
     assert file.read_text() == "not a folder\n"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a folder of mode 555: nothing is read-only to it")
 def test_a_read_only_output_folder_is_named_before_compute(tmp_path, data_dir):
     read_only = tmp_path / "read_only"
     read_only.mkdir()
-    read_only.chmod(0o555)
+    # Root writes into a folder of mode 555: as root, a read-only bind mount makes it read-only.
+    as_root = os.geteuid() == 0
+    if as_root:
+        subprocess.run(["mount", "--bind", str(read_only), str(read_only)], check=True)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(read_only)], check=True)
+    else:
+        read_only.chmod(0o555)
     try:
         proc = launch(tmp_path, data_dir, f"paths.output_dir={read_only}/outputs")
         out = proc.stdout + proc.stderr
         assert proc.returncode == 1 and f"({read_only} is read-only)" in out and "Fix: paths.output_dir=" in out
         assert BUILT not in out and "Traceback" not in out and list(read_only.iterdir()) == []
     finally:
-        read_only.chmod(0o755)
+        if as_root:
+            subprocess.run(["umount", "-l", str(read_only)], check=False)
+        else:
+            read_only.chmod(0o755)
 
 
 def test_a_multirun_names_the_bad_output_folder_in_every_job(tmp_path, data_dir):
@@ -156,6 +165,8 @@ def test_more_bad_options_are_named_with_their_fix(data_dir, overrides, message)
 
 def test_the_plasticity_callback_refuses_what_the_launch_refuses():
     from plasticity.callbacks import PlasticityCallback
+    from plasticity.components import GROUPS
+    from plasticity.measure import MODES
     from plasticity.validate import ConfigError
 
     with pytest.raises(ConfigError) as err:
@@ -163,7 +174,7 @@ def test_the_plasticity_callback_refuses_what_the_launch_refuses():
     assert len(err.value.problems) == 3 and "PlasticityCallback.every_n_steps=0" in str(err.value)
     p = Problems()
     check_plasticity_options(p, "callbacks.plasticity", {"every_n_steps": 100, "n_pairs": 256, "batch_size": 128,
-                                                         "mode": "embedding", "groups": ["mha"]})
+                                                         "mode": "embedding", "groups": ["mha"]}, GROUPS, MODES)
     assert not p
 
 

@@ -27,23 +27,38 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from plasticity.adapters import apply_lora, check_job_adapter, export_merged
-from plasticity.components import AUTO, adapter_of, blocks_of, check_strategy, parse_component, strategy_of, tag_of
+from plasticity.components import (
+    AUTO,
+    GROUPS,
+    adapter_of,
+    blocks_of,
+    check_strategy,
+    parse_component,
+    strategy_of,
+    tag_of,
+)
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
-from plasticity.runs.checkpoints import CHECKPOINT_DIR, LAST_CHECKPOINT, WEIGHTS_FILE, best_and_last, checkpoint_step, resumable
-from plasticity.runs.record import config_hash
+from plasticity.runs.checkpoints import (
+    CHECKPOINT_DIR,
+    LAST_CHECKPOINT,
+    WEIGHTS_FILE,
+    best_and_last,
+    checkpoint_step,
+    resumable,
+)
 from plasticity.runs.ranks import announce, is_rank_zero, num_nodes
-from plasticity.runs.record import optimizer_name
+from plasticity.runs.record import config_hash, optimizer_name
 from plasticity.validate import (
     Problems,
     check_callbacks,
     check_dataset,
     check_dataset_values,
     check_model,
+    check_optimizer,
     check_trainer,
     is_int,
     positive_int,
-    positive_number,
     world_size,
 )
 
@@ -68,7 +83,7 @@ class Finetune(RecipeBase):
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
-        from plasticity.validate import check_optimizer
+        from plasticity.measure import MODES  # here: measure loads torch, a launch's check does not need it at import
 
         super().validate(cfg, p, local)
         groups = check_strategy(cfg, p)
@@ -80,7 +95,7 @@ class Finetune(RecipeBase):
         check_optimizer(cfg, p)
         check_steps(cfg.task, p, world_size(cfg.get("trainer")) or 1)
         check_trainer(cfg, p, local)
-        check_callbacks(cfg, p)
+        check_callbacks(cfg, p, GROUPS, MODES)
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
