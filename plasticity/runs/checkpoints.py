@@ -4,9 +4,10 @@ it), ``checkpoints/last.ckpt`` (the latest validation: an interrupted run resume
 ``metrics.part<k>.csv``, k = 0, 1, ... in resume order), ``plasticity_during_training.csv`` and the
 exported ``weights.safetensors``.
 
-Every checkpoint is written whole or not at all (:class:`plasticity.runs.checkpoint_io.AtomicCheckpointIO`) and holds what an
-exact resume needs: the loops' counters, the train loader's place in its epoch, the generators'
-states and the config hash. A checkpoint that cannot resume the run never blocks it
+Every checkpoint is written whole or not at all
+(:class:`plasticity.runs.checkpoint_io.AtomicCheckpointIO`) and holds what an exact resume needs:
+the loops' counters, the train loader's place in its epoch, the generators' states and the config
+hash. A checkpoint that cannot resume the run never blocks it
 (:func:`resumable`).
 """
 
@@ -17,11 +18,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from plasticity.runs.io import atomic_path
+
 if TYPE_CHECKING:
     from lightning.pytorch.callbacks import ModelCheckpoint
 
 __all__ = ["BEST_CHECKPOINT", "CHECKPOINT_DIR", "CONFIG_HASH_KEY", "DURING_TRAINING",
-           "LAST_CHECKPOINT", "METRICS_FILE", "METRICS_PARTS", "WEIGHTS_FILE", "best_and_last", "checkpoint_problem",
+           "LAST_CHECKPOINT", "METRICS_FILE", "METRICS_PARTS", "WEIGHTS_FILE", "best_and_last", "check_checkpoint",
            "checkpoint_step", "keep_metrics", "metrics_files", "read_checkpoint", "resumable"]
 
 log = logging.getLogger(__name__)
@@ -109,8 +112,6 @@ def keep_metrics(run_dir: str | Path) -> str:
     part = run_dir / f"metrics.part{max(numbers, default=-1) + 1}.csv"
     text = metrics.read_bytes()
     if text and not text.endswith(b"\n"):
-        from plasticity.runs.io import atomic_path
-
         with atomic_path(part) as tmp:
             tmp.write_bytes(text[:text.rfind(b"\n") + 1])
         metrics.unlink()
@@ -140,9 +141,8 @@ def resumable(run_dir: str | Path, max_steps: int, config_hash: str | None = Non
         path = folder / name
         if not path.is_file():
             continue
-        problem = checkpoint_problem(path, config_hash)
+        step, problem = check_checkpoint(path, config_hash)
         if problem is None:
-            step = checkpoint_step(path)
             kept = keep_metrics(run_dir)
             log.info("resuming an interrupted run from step %s of %d (%s)%s", step, max_steps, path, kept)
             return str(path)
@@ -155,15 +155,16 @@ def resumable(run_dir: str | Path, max_steps: int, config_hash: str | None = Non
     return None
 
 
-def checkpoint_problem(path: Path, config_hash: str | None) -> str | None:
-    """Why ``path`` cannot resume this run (None: it can)."""
+def check_checkpoint(path: Path, config_hash: str | None) -> tuple[int | None, str | None]:
+    """``(step, problem)``: the checkpoint's step and why it cannot resume this run (None: it can),
+    from one read of the file (a checkpoint can weigh hundreds of MB)."""
     try:
         checkpoint = read_checkpoint(path)
     except Exception as err:  # truncated zip, pickle garbage, an empty file: all unreadable
-        return f"not a readable checkpoint: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        return None, f"not a readable checkpoint: {type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
     if not isinstance(checkpoint, dict) or any(k not in checkpoint for k in CHECKPOINT_KEYS):
-        return "not a Lightning training checkpoint"
+        return None, "not a Lightning training checkpoint"
     saved = checkpoint.get(CONFIG_HASH_KEY)
     if config_hash is not None and saved is not None and saved != config_hash:
-        return f"written by another config (config hash {saved}, this run's {config_hash})"
-    return None
+        return None, f"written by another config (config hash {saved}, this run's {config_hash})"
+    return checkpoint["global_step"], None
