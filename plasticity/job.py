@@ -263,7 +263,8 @@ def run_recipe_and_record(cfg: DictConfig, recipe, run_dir: Path, identity: dict
             if isinstance(err, SystemExit) and not received:  # an exit no signal asked for is not ours to record
                 raise
             stop = err  # SystemExit: submitit's requeue handler exits after SLURM's signal (noted first)
-            why = f"stopped by {signal_name(received[-1])}" if received else str(err)
+            # Every signal, in order: SLURM's time-limit USR2 (submitit requeues) is followed by its SIGTERM.
+            why = f"stopped by {', then '.join(dict.fromkeys(map(signal_name, received)))}"
             record.update(status=INTERRUPTED, error=why, **progress(job))
             log.warning("run interrupted (%s); a relaunch resumes it from its last checkpoint", why)
         except Exception as err:  # recorded, so the sweep goes on

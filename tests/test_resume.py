@@ -252,60 +252,71 @@ def test_an_interrupted_record_resumes(tmp_path):
 # ------------------------------------------------------------------------ faults in real runs
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("signal, at, step, code, resumes_from", [
-    ("KILL", "checkpoint", 5, -9, 5),      # inside the first epoch
-    ("KILL", "checkpoint", 10, -9, 10),    # at the first epoch's end
-    ("TERM", "validation", 15, 143, 10),   # during a validation: its checkpoint never written
-    ("KILL", "write", 10, -9, 5),          # during the checkpoint write: the previous one stays
-    ("INT", "checkpoint", 15, 130, 15),    # Ctrl-C inside the second epoch
-])
-def test_a_stopped_run_resumes_to_the_uninterrupted_result(tmp_path, data_dir, whole, signal, at, step, code,
-                                                           resumes_from):
-    cut = launch(tmp_path, data_dir, *fault(signal, at, step))
-    assert cut.returncode == code, cut.stderr[-3000:]
-    run = run_dir(tmp_path / "outputs")
-    if signal == "KILL":
-        assert not (run / "result.json").exists()
-    else:  # recorded: interrupted, where it got to and where it resumes
-        stopped = record(run)
-        assert stopped["status"] == "interrupted" and stopped["error"] == f"stopped by SIG{signal}"
-        assert stopped["step"] == step and stopped["checkpoint_step"] == resumes_from
-        assert "Traceback" not in cut.stdout + cut.stderr
-    resumed = launch(tmp_path, data_dir)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    out = resumed.stdout + resumed.stderr
-    assert f"resuming an interrupted run from step {resumes_from} of 17" in out
-    assert "not resumable" not in out  # Lightning's warning: the loader is resumable now
-    assert not list((run / "checkpoints").glob(".*"))  # the killed write's temporary file is gone
-    assert_same_run(whole, run)
+# One run stopped four times in a row, each stop of another kind; each relaunch resumes where the
+# one before left a complete checkpoint: (fault, exit code, the step the next launch resumes from).
+STOPS = [
+    (("KILL", "checkpoint", 5), -9, 5),      # at a checkpoint inside the first epoch
+    (("KILL", "write", 10), -9, 5),          # during the checkpoint write at the epoch's end: 5 stays the last
+    (("TERM", "validation", 15), 143, 10),   # during a validation: its checkpoint never written; 10 (epoch end)
+    (("INT", "checkpoint", 15), 130, 15),    # Ctrl-C inside the second epoch
+]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("damage", ["truncated", "garbage"])
-def test_a_damaged_last_checkpoint_never_blocks_the_run(tmp_path, data_dir, whole, damage):
-    cut = launch(tmp_path, data_dir, *fault("KILL", "checkpoint", 15))
-    assert cut.returncode == -9
-    run = run_dir(tmp_path / "outputs")
-    last = run / "checkpoints" / "last.ckpt"
+def test_a_run_stopped_again_and_again_resumes_to_the_uninterrupted_result(tmp_path, data_dir, whole):
+    run, resumed_from = run_dir(tmp_path / "outputs"), None
+    for (signal, at, step), code, resumes_from in STOPS:
+        cut = launch(tmp_path, data_dir, *fault(signal, at, step))
+        out = cut.stdout + cut.stderr
+        assert cut.returncode == code, out[-3000:]
+        if resumed_from is not None:
+            assert f"resuming an interrupted run from step {resumed_from} of 17" in out
+        if signal == "KILL":
+            assert not (run / "result.json").exists()
+        else:  # recorded: interrupted, where it got to and where it resumes
+            stopped = record(run)
+            assert stopped["status"] == "interrupted" and stopped["error"] == f"stopped by SIG{signal}"
+            assert stopped["step"] == step and stopped["checkpoint_step"] == resumes_from
+            assert "Traceback" not in out
+        if at == "write":  # the killed write's temporary file; last.ckpt is still the step-5 checkpoint
+            assert list((run / "checkpoints").glob(".last.*.ckpt")) or list((run / "checkpoints").glob(".best.*"))
+        resumed_from = resumes_from
+    # Last, last.ckpt cut short (a copy that died half-way): the run falls back to best.ckpt.
     best_step = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["global_step"]
+    last = run / "checkpoints" / "last.ckpt"
     data = last.read_bytes()
-    last.write_bytes(data[: len(data) // 3] if damage == "truncated" else os.urandom(len(data)))
-    if damage == "garbage":  # nothing readable left: a restart from step 0
-        (run / "checkpoints" / "best.ckpt").write_bytes(b"\0" * 100)
+    last.write_bytes(data[: len(data) // 3])
     resumed = launch(tmp_path, data_dir)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     out = resumed.stdout + resumed.stderr
     assert "cannot resume from" in out and "moved it to last.ckpt.unreadable-" in out
-    if damage == "truncated":  # best.ckpt (the best validation so far, before step 15) resumes the run
-        assert best_step < 15 and f"resuming an interrupted run from step {best_step} of 17" in out
-        assert_same_run(whole, run)
-    else:
-        assert "no readable checkpoint left" in out and "restarts from step 0" in out
-        a, b = record(whole), record(run)
-        assert {k: a[k] for k in SAME} == {k: b[k] for k in SAME} and b["resumed"] is False
+    assert f"resuming an interrupted run from step {best_step} of 17" in out
+    assert "not resumable" not in out  # Lightning's warning: the loader is resumable now
+    assert not list((run / "checkpoints").glob(".*"))  # the killed write's temporary file is gone
     (aside,) = (run / "checkpoints").glob("last.ckpt.unreadable-*")
-    assert len(aside.read_bytes()) == (len(data) // 3 if damage == "truncated" else len(data))
+    assert aside.read_bytes() == data[: len(data) // 3]  # moved, never deleted
+    assert len(list(run.glob("metrics.part*.csv"))) == 4  # one part a resume, read as one with metrics.csv
+    assert_same_run(whole, run)
+
+
+@pytest.mark.slow
+def test_with_no_readable_checkpoint_the_run_restarts_and_ends_the_same(tmp_path, data_dir, whole):
+    cut = launch(tmp_path, data_dir, *fault("KILL", "checkpoint", 15))
+    assert cut.returncode == -9
+    run = run_dir(tmp_path / "outputs")
+    last = run / "checkpoints" / "last.ckpt"
+    size = last.stat().st_size
+    last.write_bytes(os.urandom(size))
+    (run / "checkpoints" / "best.ckpt").write_bytes(b"\0" * 100)
+    resumed = launch(tmp_path, data_dir)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    out = resumed.stdout + resumed.stderr
+    assert "cannot resume from" in out and "no readable checkpoint left" in out and "restarts from step 0" in out
+    a, b = record(whole), record(run)
+    assert {k: a[k] for k in SAME} == {k: b[k] for k in SAME} and b["resumed"] is False
+    assert len(list((run / "checkpoints").glob("*.unreadable-*"))) == 2
+    ma, mb = read_metrics(whole, COLUMNS)[0], read_metrics(run, COLUMNS)[0]
+    assert all(ma[c][1].tolist() == mb[c][1].tolist() for c in COLUMNS)  # the replayed steps: the same values
 
 
 @pytest.fixture

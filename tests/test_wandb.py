@@ -148,15 +148,13 @@ def test_resumed_run_continues_its_wandb_run(tmp_path, data_dir):
 
 @pytest.mark.slow
 def test_diverged_and_failed_runs_end_their_wandb_run_with_their_status(tmp_path, data_dir):
-    broken = run_dir(tmp_path, "mha", 1e38)  # an interrupted run whose last.ckpt is corrupt: fails before training
-    (broken / "checkpoints").mkdir(parents=True)
-    (broken / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
-    (broken / "run.json").write_text("{}")
+    # The mha run fails as training starts (tests/faults.py); the full one diverges.
     proc = launch(tmp_path, data_dir, *WANDB, "component=mha,all", "optimizer.lr=1e38", "task.warmup_steps=0",
-                  multirun=True)
-    assert proc.returncode == 1  # the failed run fails the sweep
+                  "+callbacks.fault._target_=tests.faults.Fail", "+callbacks.fault.component=${component.name}",
+                  "+callbacks.fault.fail_for=mha", multirun=True)
+    assert proc.returncode == 1, proc.stderr[-3000:]  # the failed run fails the sweep
     failed = only_run(run_dir(tmp_path, "mha", 1e38))
-    assert failed.summary["status"] == "failed" and "cannot resume" in failed.summary["error"]
+    assert failed.summary["status"] == "failed" and "injected failure" in failed.summary["error"]
     assert failed.exit_code == 1 and failed.config["component"]["name"] == "mha"
     diverged = only_run(run_dir(tmp_path, "all", 1e38))
     assert diverged.summary["status"] == "diverged" and result(run_dir(tmp_path, "all", 1e38))["status"] == "diverged"
