@@ -100,7 +100,7 @@ class RunLogHandler(logging.FileHandler):
     shows them) instead of printing a traceback for every line, as logging does by default."""
 
     def handleError(self, record: logging.LogRecord) -> None:
-        self.failed = True
+        return  # the line is lost from launch.log only; the run's record says why it stopped
 
 
 def remove_if_empty(run_dir: Path, stop: Path) -> None:

@@ -115,7 +115,7 @@ def test_the_train_loader_saves_the_batches_it_handed_out():
 
     def loader():
         sampler = EpochBatchSampler(40, 4, seed=1)
-        return ResumableLoader(data, batch_size=None, sampler=sampler, epoch_sampler=sampler)
+        return ResumableLoader(data, batch_size=None, sampler=sampler)
 
     whole = [b.tolist() for b in loader()]
     first = loader()
@@ -130,8 +130,7 @@ def test_the_train_loader_saves_the_batches_it_handed_out():
     second.load_state_dict(state)
     assert taken + [b.tolist() for b in second] == whole
     assert second.state_dict()["consumed"] == 10
-    other = ResumableLoader(data, batch_size=None, sampler=EpochBatchSampler(40, 8, seed=1),
-                            epoch_sampler=EpochBatchSampler(40, 8, seed=1))
+    other = ResumableLoader(data, batch_size=None, sampler=EpochBatchSampler(40, 8, seed=1))
     with pytest.raises(ValueError, match="10 batches an epoch on 1 processes; this run has 5"):
         other.load_state_dict(state)
 

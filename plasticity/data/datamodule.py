@@ -123,17 +123,18 @@ class ResumableLoader(DataLoader):
     support); the count is taken where batches leave the loader, so batches that worker processes
     prefetched but the loop never used are not counted.
 
-    Args:
-        *args: DataLoader's.
-        epoch_sampler: The :class:`EpochBatchSampler` that orders the batches (the loader's sampler
-            or batch sampler).
-        **kwargs: DataLoader's.
+    Its :class:`EpochBatchSampler` is its sampler (whole batches, ``batch_size=None``) or its batch
+    sampler (the JPEG path's per-image dataset).
     """
 
-    def __init__(self, *args, epoch_sampler: EpochBatchSampler, **kwargs) -> None:
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.epoch_sampler = epoch_sampler
         self.consumed = 0
+
+    @property
+    def epoch_sampler(self) -> EpochBatchSampler:
+        """The sampler that orders the batches."""
+        return self.batch_sampler if isinstance(self.batch_sampler, EpochBatchSampler) else self.sampler
 
     def __iter__(self):
         self.consumed = self.epoch_sampler.start()
@@ -304,10 +305,8 @@ class DataModule(L.LightningDataModule):
         if files:
             transform = (train_transform(self.img_size, self.crop_scale, hflip=self.hflip) if self.augment
                          else eval_transform(self.img_size))
-            return self._loader(FileDataset(train, transform), ResumableLoader, batch_sampler=sampler,
-                                epoch_sampler=sampler)
-        return self._loader(_BatchDataset(train), ResumableLoader, batch_size=None, sampler=sampler,
-                            epoch_sampler=sampler)
+            return self._loader(FileDataset(train, transform), ResumableLoader, batch_sampler=sampler)
+        return self._loader(_BatchDataset(train), ResumableLoader, batch_size=None, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader(self._splits().val)
