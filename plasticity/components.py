@@ -10,8 +10,19 @@ Layer scale (``ls1``/``gamma_1``) multiplies the attention output and goes with 
 layer's input/output and go with ``fc2``. Both fused (``fc1``) and split SwiGLU (``fc1_g``,
 ``fc1_x``) first layers are ``fc1``.
 
+Language transformers (:mod:`plasticity.text`) have the same five groups. BERT (post-LN: each
+LayerNorm sits *after* its residual add): MHA = ``attention.self.{query,key,value}`` +
+``attention.output.dense``; LN1 = ``attention.output.LayerNorm``; FC1 = ``intermediate.dense``;
+FC2 = ``output.dense``; LN2 = ``output.LayerNorm``; ``emb`` = ``embeddings.*`` (its LayerNorm
+included). Llama (pre-RMSNorm, like the ViT): LN1 = ``input_layernorm``; MHA =
+``self_attn.{q,k,v,o}_proj``; LN2 = ``post_attention_layernorm``; FC1 = ``mlp.gate_proj`` +
+``mlp.up_proj`` (SwiGLU's two first layers); FC2 = ``mlp.down_proj``; ``emb`` = ``embed_tokens``;
+``final_norm`` = ``norm``. So BERT's "LN1" normalises the residual stream after attention, the place
+of the ViT's LN2 in the next position of the stream: the names follow the role in the block
+(the norm that closes the attention sublayer), not the position.
+
 This module owns the one definition of the groups (:data:`GROUP_TABLE`: names, labels, colours,
-the timm module each group's plasticity measures, the bound shown beside it); the config
+the module of each family's block whose plasticity a group measures, the bound shown beside it); the config
 resolver ``${groups:}``, the analyses, the report and the figures all read it from here. It also
 owns the checks of the ``component`` section (:func:`check_strategy`), run before any compute.
 """
@@ -40,6 +51,9 @@ class Group:
             (``block.get_submodule(module)``); None otherwise.
         bound: For the five block groups, the upper bound (paper Props. 1-3) shown beside its
             plasticity: ``prop1`` (LN), ``prop2`` (FC), ``prop3_rms`` (MHA); None otherwise.
+        bert: The group's site in a BERT layer (:class:`Site` syntax: ``in>out`` when the function
+            runs from one module's input to another's output; ``a+b``: the two outputs side by side).
+        llama: The group's site in a Llama decoder layer.
     """
 
     name: str
@@ -47,14 +61,16 @@ class Group:
     color: str
     module: str | None = None
     bound: str | None = None
+    bert: str | None = None
+    llama: str | None = None
 
 
 GROUP_TABLE: tuple[Group, ...] = (
-    Group("ln1", "LN1", "tab:blue", "norm1", "prop1"),
-    Group("mha", "MHA", "tab:red", "attn", "prop3_rms"),
-    Group("ln2", "LN2", "tab:cyan", "norm2", "prop1"),
-    Group("fc1", "FC1", "tab:orange", "mlp.fc1", "prop2"),
-    Group("fc2", "FC2", "tab:green", "mlp.fc2", "prop2"),
+    Group("ln1", "LN1", "tab:blue", "norm1", "prop1", "attention.output.LayerNorm", "input_layernorm"),
+    Group("mha", "MHA", "tab:red", "attn", "prop3_rms", "attention.self>attention.output.dense", "self_attn"),
+    Group("ln2", "LN2", "tab:cyan", "norm2", "prop1", "output.LayerNorm", "post_attention_layernorm"),
+    Group("fc1", "FC1", "tab:orange", "mlp.fc1", "prop2", "intermediate.dense", "mlp.gate_proj+mlp.up_proj"),
+    Group("fc2", "FC2", "tab:green", "mlp.fc2", "prop2", "output.dense", "mlp.down_proj"),
     Group("emb", "embedding", "tab:brown"),
     Group("all", "full", "tab:purple"),
     Group("head", "linear probing", "tab:gray"),
@@ -82,6 +98,52 @@ MODULES: dict[str, str] = {g.name: g.module for g in GROUP_TABLE if g.module is 
 BOUND_OF: dict[str, str] = {g.name: g.bound for g in GROUP_TABLE if g.bound is not None}
 """Group -> the bound shown beside its plasticity (MHA: Prop. 3 at the RMS token radius)."""
 
+FAMILIES: tuple[str, ...] = ("vit", "bert", "llama")
+"""The block layouts the groups know: timm ViTs and the two text families of :mod:`plasticity.text`."""
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where a group's function sits in a block: the module whose input is the function's input and
+    the modules whose outputs, side by side, are its output.
+
+    ``"norm1"``: one module, input and output. ``"attention.self>attention.output.dense"``: from the
+    self-attention's input to the output projection's output (BERT's attention output adds the
+    residual and normalises after it, so the MHA function ends at the projection).
+    ``"mlp.gate_proj+mlp.up_proj"``: one input, the two outputs concatenated (SwiGLU's FC1, whose
+    plasticity is then that of the stacked linear map).
+    """
+
+    input: str
+    outputs: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> "Site":
+        if ">" in text:
+            first, last = text.split(">")
+            return cls(first, (last,))
+        outputs = tuple(text.split("+"))
+        return cls(outputs[0], outputs)
+
+    @property
+    def chained(self) -> bool:
+        """The function runs through two modules (input module, then the output module)."""
+        return self.outputs != (self.input,) and len(self.outputs) == 1
+
+
+SITES: dict[str, dict[str, Site]] = {
+    family: {g.name: Site.parse(g.module if family == "vit" else getattr(g, family))
+             for g in GROUP_TABLE if g.module is not None}
+    for family in FAMILIES
+}
+"""Family -> group -> its :class:`Site` in a block of that family."""
+
+
+def family_of(model: "nn.Module") -> str:
+    """The block layout of a model: ``bert`` / ``llama`` for a text model, ``vit`` for timm's."""
+    return getattr(model, "family", "vit")
+
+
 LABELS: dict[str, str] = {g.name: g.label for g in GROUP_TABLE}
 COLORS: dict[str, str] = {g.name: g.color for g in GROUP_TABLE}
 
@@ -97,6 +159,8 @@ def color(name: str) -> str:
 
 
 _BLOCK = r"^blocks\.(?P<block>\d+)\."
+_BERT = r"^backbone\.encoder\.layer\.(?P<block>\d+)\."
+_LLAMA = r"^backbone\.layers\.(?P<block>\d+)\."
 RULES: tuple[tuple[str, str], ...] = (
     (r"^(patch_embed|cls_token|reg_token|pos_embed|norm_pre)(\.|$)", "emb"),
     (_BLOCK + r"norm1\.", "ln1"),
@@ -106,6 +170,22 @@ RULES: tuple[tuple[str, str], ...] = (
     (_BLOCK + r"(mlp\.(fc2|norm)|ls2|gamma_2)(\.|$)", "fc2"),
     (r"^(norm|fc_norm)\.", "final_norm"),
     (r"^(head|attn_pool)(\.|$)", "head"),
+    # BERT / RoBERTa (plasticity.text: the backbone's own names under backbone.)
+    (r"^backbone\.embeddings\.", "emb"),
+    (_BERT + r"attention\.self\.", "mha"),
+    (_BERT + r"attention\.output\.dense\.", "mha"),
+    (_BERT + r"attention\.output\.LayerNorm\.", "ln1"),
+    (_BERT + r"intermediate\.dense\.", "fc1"),
+    (_BERT + r"output\.dense\.", "fc2"),
+    (_BERT + r"output\.LayerNorm\.", "ln2"),
+    # Llama
+    (r"^backbone\.embed_tokens\.", "emb"),
+    (_LLAMA + r"input_layernorm\.", "ln1"),
+    (_LLAMA + r"self_attn\.", "mha"),
+    (_LLAMA + r"post_attention_layernorm\.", "ln2"),
+    (_LLAMA + r"mlp\.(gate|up)_proj\.", "fc1"),
+    (_LLAMA + r"mlp\.down_proj\.", "fc2"),
+    (r"^backbone\.norm\.", "final_norm"),
 )
 """(regex over the parameter name, group) pairs; the first match classifies a parameter."""
 
@@ -132,7 +212,8 @@ def classify(name: str) -> tuple[str, int | None]:
             return group, None if block is None else int(block)
     raise UnknownParameterError(
         f"cannot classify parameter {name!r} into a component group ({', '.join(GROUPS)}, emb, "
-        f"final_norm, head). Supported: timm ViT, DeiT, DINOv2/v3, BEiT and EVA02 parameter names. "
+        f"final_norm, head). Supported: timm ViT, DeiT, DINOv2/v3, BEiT and EVA02 parameter names, and BERT/RoBERTa "
+        f"and Llama layers (plasticity.text). "
         f"Fix: add a rule for it to plasticity.components.RULES."
     )
 

@@ -14,6 +14,14 @@ downstream image y. Two input modes:
   sees the residual stream, MHA sees LN1's output, FC2 the GELU output, and so on; the
   denominator is that module's own input distance.
 
+Language transformers (:mod:`plasticity.text`) are measured the same way on pairs of token windows
+of one length (no padding inside a pair): the embedding-layer tokens are what enters the first
+layer (BERT: word + position + type embeddings and the embedding LayerNorm; Llama: the token
+embeddings, its attention applied with the rotary positions 0..L-1 and the causal mask). Each group
+is its :data:`~plasticity.components.SITES` function: BERT's MHA runs from the self-attention's
+input to the output projection (its residual add and LayerNorm are LN1's); Llama's FC1 is the
+gate and up projections side by side.
+
 Everything runs on the model's device: x and y go through one forward as a batch of 2B, the
 per-pair norms are computed at once and folded into running statistics (Chan's parallel
 mean/variance in float64 plus a log-spaced histogram), so memory does not grow with the number
@@ -32,7 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from scipy import stats as scipy_stats
 
-from plasticity.components import GROUPS, MODULES
+from plasticity.components import GROUPS, SITES, Site, family_of
 
 MODES = ("embedding", "layer")
 PAIRINGS = ("sequential", "random")
@@ -56,7 +64,10 @@ def embed_tokens(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
 
     timm's ViT and EVA build them in ``forward_features`` in that order, patch dropout between
     (the identity in eval mode, where every measurement runs, and in every model built here).
+    A text model's are its :meth:`~plasticity.text.models.TextTransformer.embed` of token windows.
     """
+    if family_of(model) != "vit":
+        return model.embed(images)
     handle = model.norm_pre.register_forward_hook(_stop_with_tokens)
     try:
         model.forward_features(images)
@@ -67,15 +78,35 @@ def embed_tokens(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     raise RuntimeError(f"{type(model).__name__}.forward_features never ran norm_pre")
 
 
-def apply_module(block: nn.Module, group: str, tokens: torch.Tensor) -> torch.Tensor:
-    """Applies the group's module of ``block`` to embedding tokens (FC2: zero-padded to its width).
+def first(output):
+    """A module's output tensor (attention modules return ``(output, weights)``)."""
+    return output[0] if isinstance(output, tuple) else output
+
+
+def apply_module(block: nn.Module, group: str, tokens: torch.Tensor, family: str = "vit",
+                 attention: dict | None = None) -> torch.Tensor:
+    """Applies the group's function (its :class:`~plasticity.components.Site` in a ``family`` block)
+    to embedding tokens (FC2: zero-padded to its width).
 
     For a plain ``nn.Linear`` FC2, the zero-padded product equals the product with the weight's
     first d input columns, computed without materialising the padded (4x wider) tokens.
+
+    Args:
+        attention: Keyword arguments of the attention module applied alone (Llama's rotary
+            positions, :meth:`~plasticity.text.models.TextTransformer.attention_kwargs`).
     """
-    module = block.get_submodule(MODULES[group])
-    if group != "fc2":
-        return module(tokens)
+    site = SITES[family][group]
+    if group == "fc2":
+        return pad_linear(block.get_submodule(site.input), tokens)
+    module = block.get_submodule(site.input)
+    if group == "mha":
+        out = first(module(tokens, **(attention or {})))
+        return block.get_submodule(site.outputs[0])(out) if site.chained else out
+    return torch.cat([block.get_submodule(name)(tokens) for name in site.outputs], dim=-1)
+
+
+def pad_linear(module: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """A wider linear layer applied to ``tokens`` zero-padded to its input width."""
     d = tokens.shape[-1]
     if type(module) is nn.Linear:
         return F.linear(tokens, module.weight[:, :d], module.bias)
@@ -265,24 +296,50 @@ def embedding_rates(model: nn.Module, images: torch.Tensor, groups: tuple[str, .
     """``(K, B)`` rates of every (group, block) on embedding tokens of a 2B batch (x first, y second)."""
     tokens = embed_tokens(model, images)
     den = pair_distances(tokens)  # every module's denominator: the token matrices' distance (App. C.4)
-    return torch.stack([pair_rates(apply_module(block, g, tokens), input_distances=den)
+    family = family_of(model)
+    attention = model.attention_kwargs(tokens) if family != "vit" else None
+    return torch.stack([pair_rates(apply_module(block, g, tokens, family, attention), input_distances=den)
                         for g in groups for block in model.blocks])
 
 
 class LayerHooks:
-    """Forward hooks that turn each measured module's real input and output into pair rates."""
+    """Forward hooks that turn each measured function's real input and output into pair rates.
+
+    A site's input module gets a pre-hook (its input: the first positional argument, or
+    ``hidden_states`` given by keyword as ``transformers`` layers do), each output module a hook; the
+    rate is the distance of the outputs side by side (``sqrt(sum of squared distances)``) over the
+    input distance.
+    """
 
     def __init__(self, model: nn.Module, groups: tuple[str, ...] = GROUPS) -> None:
         self.rates: dict[tuple[str, int], torch.Tensor] = {}
-        self.handles = [
-            block.get_submodule(MODULES[g]).register_forward_hook(self._hook((g, i)))
-            for g in groups for i, block in enumerate(model.blocks)
-        ]
+        self.inputs: dict[tuple[str, int], torch.Tensor] = {}
+        self.outputs: dict[tuple[str, int], list[torch.Tensor]] = {}
+        sites = SITES[family_of(model)]
         self.keys = [(g, i) for g in groups for i in range(len(model.blocks))]
+        self.handles = []
+        for g, i in self.keys:
+            block, site = model.blocks[i], sites[g]
+            self.handles.append(block.get_submodule(site.input).register_forward_pre_hook(
+                self._input_hook((g, i)), with_kwargs=True))
+            for name in site.outputs:
+                self.handles.append(block.get_submodule(name).register_forward_hook(self._output_hook((g, i), site)))
 
-    def _hook(self, key: tuple[str, int]) -> Callable:
-        def hook(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
-            self.rates[key] = pair_rates(output, inputs[0])  # layer mode: over the module's own input distance
+    def _input_hook(self, key: tuple[str, int]) -> Callable:
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            self.inputs[key] = pair_distances(args[0] if args else kwargs["hidden_states"])
+
+        return hook
+
+    def _output_hook(self, key: tuple[str, int], site: Site) -> Callable:
+        def hook(module: nn.Module, inputs: tuple, output) -> None:
+            done = self.outputs.setdefault(key, [])
+            done.append(pair_distances(first(output)))
+            if len(done) == len(site.outputs):  # layer mode: over the function's own input distance
+                parts = self.outputs.pop(key)
+                num = parts[0] if len(parts) == 1 else torch.stack(parts).square().sum(dim=0).sqrt()
+                den = self.inputs.pop(key)
+                self.rates[key] = torch.where(den > 0, num / den, torch.full_like(num, float("nan")))
 
         return hook
 

