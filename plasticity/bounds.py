@@ -213,7 +213,9 @@ class TokenStats:
             tokens: Row tokens, shape ``(B, n, d)``.
             images: The normalised images, shape ``(B, C, H, W)``.
         """
-        if tokens.ndim != 3 or images.ndim != 4 or tokens.shape[0] != images.shape[0]:
+        if images is not None and images.ndim == 2:  # token windows: no image, no energy (Prop. 4 is for images)
+            images = None
+        if tokens.ndim != 3 or (images is not None and (images.ndim != 4 or tokens.shape[0] != images.shape[0])):
             raise ValueError(f"expected tokens (B, n, d) and images (B, C, H, W), got "
                              f"{tuple(tokens.shape)} and {tuple(images.shape)}")
         if self._n is not None and tokens.shape[1] != self._n:
@@ -222,7 +224,8 @@ class TokenStats:
         sq_norms = x.pow(2).sum(-1)
         stds = x.std(-1, correction=0)  # biased, as LayerNorm normalises: Prop. 1's sigma
         # Prop. 4's E: the energy of the image the model sees (normalised), not of the raw pixels
-        energies = images.detach().to(device=x.device, dtype=torch.float64).pow(2).flatten(1).sum(1)
+        energies = (images.detach().to(device=x.device, dtype=torch.float64).pow(2).flatten(1).sum(1)
+                    if images is not None else torch.full((1,), float("nan"), dtype=torch.float64, device=x.device))
         batch = (sq_norms.sum(), sq_norms.max(), stds.min(), energies.max())
         if self._n is None:
             self._n = tokens.shape[1]
@@ -297,8 +300,62 @@ def patch_embed_norm(model: nn.Module) -> float:
     return spectral_norm(weight.reshape(weight.shape[0], -1)).item()
 
 
+NOT_COVERED: dict[str, dict[str, str]] = {
+    "bert": {
+        "mha": "Prop. 4 needs a patch embedding and image energy: token embeddings are a lookup, not a linear map "
+               "of the input (Prop. 3 holds, on the tokens' radius).",
+    },
+    "llama": {
+        "ln1": "RMSNorm: Prop. 1 is proved for LayerNorm (centring, then scaling); RMSNorm does not centre, and its "
+               "rate on tokens near the origin is not bounded by ||gamma||_inf / sigma.",
+        "ln2": "RMSNorm: Prop. 1 is proved for LayerNorm (centring, then scaling); RMSNorm does not centre.",
+        "mha": "Props. 3-4 cover softmax self-attention without positions; Llama's attention rotates queries and "
+               "keys by position (RoPE), masks the future (causal) and shares keys/values across heads (GQA).",
+    },
+}
+"""Family -> group -> why a proposition does not bound it (written beside the bounds of a text model).
+BERT is post-LN: its LayerNorms are still LayerNorms (Prop. 1 holds for the function), but they
+normalise the residual stream after each sublayer, not a sublayer's input."""
+
+
+def text_block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
+    """The bounds of Sec. 4 that hold for every layer of a text model (:mod:`plasticity.text`).
+
+    BERT: Prop. 1 (its post-LN LayerNorms as functions), Prop. 2 (``intermediate.dense``,
+    ``output.dense``), Prop. 3 (``attention.self`` + ``attention.output.dense`` as the paper's MHA,
+    at the tokens' RMS and largest radius). Llama: Prop. 2 only (FC1: the stacked gate and up
+    projections, one linear map; FC2: ``down_proj``); what is not bounded is :data:`NOT_COVERED`.
+    """
+    rows = []
+    for i, block in enumerate(model.blocks):
+        values: dict[str, dict[str, float]] = {}
+        if model.family == "bert":
+            attention = block.attention
+            heads = _split_heads(attention.self.query, attention.self.key, attention.self.value,
+                                 attention.output.dense, attention.self.num_attention_heads)
+            values = {"ln1": {"prop1": ln_bound(attention.output.LayerNorm, stats.sigma)},
+                      "mha": {"prop3_rms": mha_bound(heads, stats.n, stats.r_rms),
+                              "prop3_max": mha_bound(heads, stats.n, stats.r_max)},
+                      "ln2": {"prop1": ln_bound(block.output.LayerNorm, stats.sigma)},
+                      "fc1": {"prop2": fc_bound(block.intermediate.dense)},
+                      "fc2": {"prop2": fc_bound(block.output.dense)}}
+        else:
+            mlp = block.mlp
+            stacked = torch.cat([_f64(mlp.gate_proj.weight), _f64(mlp.up_proj.weight)])
+            values = {"fc1": {"prop2": spectral_norm(stacked).item()}, "fc2": {"prop2": fc_bound(mlp.down_proj)}}
+        rows += [{"group": g, "block": i, "bound": b, "value": v} for g in GROUPS for b, v in values.get(g, {}).items()]
+    return rows
+
+
+def _split_heads(query: nn.Linear, key: nn.Linear, value: nn.Linear, output: nn.Linear, num_heads: int) -> Heads:
+    """Per-head weights of an attention with separate query/key/value/output Linear layers (BERT)."""
+    Q, K, V = (_split_rows(p.weight, num_heads) for p in (query, key, value))
+    O = _f64(output.weight).reshape(output.weight.shape[0], num_heads, -1).permute(1, 0, 2)  # noqa: E741
+    return Heads(Q=Q.contiguous(), K=K.contiguous(), V=V.contiguous(), O=O.contiguous())
+
+
 def block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
-    """Every bound of Sec. 4 for every block of a timm ViT.
+    """Every bound of Sec. 4 for every block of a timm ViT (a text model: :func:`text_block_bounds`).
 
     Args:
         model: A timm ViT with ``blocks[i].{norm1, attn, norm2, mlp.fc1, mlp.fc2}``.
@@ -309,6 +366,8 @@ def block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
         ``prop1``, ``fc1``/``fc2`` with ``prop2``, ``mha`` with ``prop3_rms`` (``r = stats.r_rms``),
         ``prop3_max`` (``r = stats.r_max``) and ``prop4``.
     """
+    if getattr(model, "family", "vit") != "vit":
+        return text_block_bounds(model, stats)
     n, alpha = stats.n, patch_embed_norm(model)
     rows = []
     for i, block in enumerate(model.blocks):

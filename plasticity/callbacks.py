@@ -12,7 +12,7 @@ import torch
 
 from plasticity.components import GROUPS
 from plasticity.data import DataSpec, load_splits
-from plasticity.measure import MODES, measure, pair_indices
+from plasticity.measure import MODES, as_inputs, measure, pair_indices, pair_inputs
 from plasticity.runs.checkpoints import DURING_TRAINING
 from plasticity.runs.io import write_csv_atomic
 from plasticity.validate import Problems, check_plasticity_options
@@ -52,6 +52,7 @@ class PlasticityCallback(L.Callback):
         groups: Groups to measure.
         downstream: Dataset of the downstream images (None: the run's own validation split).
         downstream_classes: Keep only these classes of ``downstream`` (None: all).
+        window: A text model's pair window, in tokens (``dataset.window``); unused for images.
 
     Raises:
         plasticity.validate.ConfigError: an option out of range, naming each one and its fix.
@@ -65,7 +66,7 @@ class PlasticityCallback(L.Callback):
 
     def __init__(self, reference: str, every_n_steps: int = 100, n_pairs: int = 256, batch_size: int = 128,
                  mode: str = "embedding", groups: tuple[str, ...] = GROUPS, downstream: str | None = None,
-                 downstream_classes: list[int] | None = None) -> None:
+                 downstream_classes: list[int] | None = None, window: int | None = None) -> None:
         p = Problems()  # the launch checked the same options (validate.check_callbacks): one rule for both
         check_plasticity_options(p, type(self).__name__, {"every_n_steps": every_n_steps, "n_pairs": n_pairs,
                                                           "batch_size": batch_size, "mode": mode, "groups": groups},
@@ -75,6 +76,7 @@ class PlasticityCallback(L.Callback):
         self.every_n_steps, self.n_pairs, self.batch_size = every_n_steps, n_pairs, batch_size
         self.mode, self.groups = mode, tuple(groups)
         self.downstream = downstream
+        self.window = window  # text: tokens per pair window (dataset.window)
         self.downstream_classes = None if downstream_classes is None else tuple(int(c) for c in downstream_classes)
         self.rows: list[dict] = []
         self.reference_spec: DataSpec | None = None
@@ -99,10 +101,10 @@ class PlasticityCallback(L.Callback):
         self.reference_prepared = splits.prepared
         ref = splits.test
         down = self._downstream(datamodule, spec, stage)
+        ref, down = pair_inputs(ref, self.window), pair_inputs(down, self.window)
         ri, di = pair_indices(len(ref), len(down), self.n_pairs, "sequential")
-        as_tensor = lambda a: torch.from_numpy(np.ascontiguousarray(a)).permute(0, 3, 1, 2)  # noqa: E731
         self.pair_indices = ri, di
-        self.pairs = as_tensor(ref.images[ri]), as_tensor(down.images[di])
+        self.pairs = as_inputs(ref[ri]), as_inputs(down[di])
         source = self.reference_spec.source
         if source.kind == "files" and not self.reference_prepared:
             log.warning("plasticity reference %s: decoding %d JPEG files (no prepared arrays for img_size %d under "

@@ -247,25 +247,50 @@ def pair_indices(n_ref: int, n_down: int, n_pairs: int, pairing: str, seed: int 
     return rng.integers(0, n_ref, n_pairs), rng.integers(0, n_down, n_pairs)
 
 
+def pair_inputs(arrays, window: int | None = None) -> np.ndarray:
+    """What pairs are drawn from: an image set's uint8 images ``(N, H, W, C)``, or a token set's
+    windows ``(M, window)`` (:func:`plasticity.data.text.windows`: equal lengths, no padding inside a pair).
+
+    Raises:
+        ValueError: a token set without ``window`` (``dataset.window``), or none of its texts that long.
+    """
+    if getattr(arrays, "images", None) is not None:
+        return arrays.images
+    from plasticity.data.text import windows
+
+    if window is None:
+        raise ValueError("text pairs need a window length. Fix: dataset.window=<tokens per pair window>, e.g. 32.")
+    return windows(arrays, int(window), key="dataset.window")
+
+
+def as_inputs(rows: np.ndarray) -> torch.Tensor:
+    """Rows of :func:`pair_inputs` as a model input: uint8 images ``(B, H, W, C)`` -> ``(B, C, H, W)``,
+    token windows ``(B, L)`` as int64."""
+    tensor = torch.from_numpy(np.ascontiguousarray(rows))
+    return tensor.permute(0, 3, 1, 2) if tensor.ndim == 4 else tensor.long()
+
+
 def pair_batches(ref: np.ndarray, down: np.ndarray, indices: tuple[np.ndarray, np.ndarray], batch_size: int,
-                 transform: Callable[[torch.Tensor], torch.Tensor],
+                 transform: Callable[[torch.Tensor], torch.Tensor] | None,
                  device: torch.device | str = "cpu") -> Iterator[torch.Tensor]:
-    """Batches of 2B transformed images on ``device``: B reference images, then their B downstream
+    """Batches of 2B model inputs on ``device``: B reference inputs, then their B downstream
     partners, as :func:`measure` takes them.
 
     Args:
-        ref: Reference uint8 images ``(N, H, W, C)``.
-        down: Downstream uint8 images ``(M, H', W', C')``.
+        ref: Reference :func:`pair_inputs` (uint8 images ``(N, H, W, C)`` or token windows ``(N, L)``).
+        down: Downstream :func:`pair_inputs` (images ``(M, H', W', C')``; windows ``(M, L)``).
         indices: :func:`pair_indices` of the pairs.
         batch_size: Pairs per batch.
-        transform: Applied to each half on the device (the two sets may differ in size and channels).
-        device: Where the images go.
+        transform: Applied to each image half on the device (the two sets may differ in size and
+            channels); None for token windows (the model reads ids).
+        device: Where the inputs go.
     """
     ri, di = indices
+    apply = transform or (lambda x: x)
     for start in range(0, len(ri), batch_size):
         stop = start + batch_size
-        halves = (torch.from_numpy(images[i[start:stop]]).permute(0, 3, 1, 2) for images, i in ((ref, ri), (down, di)))
-        yield torch.cat([transform(h.to(device, non_blocking=True)) for h in halves])
+        halves = (as_inputs(rows[i[start:stop]]) for rows, i in ((ref, ri), (down, di)))
+        yield torch.cat([apply(h.to(device, non_blocking=True)) for h in halves])
 
 
 def distinct_pairs(n_ref: int, n_down: int, n_pairs: int, pairing: str, seed: int = 0) -> int:

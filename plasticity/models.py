@@ -328,7 +328,9 @@ def image_size(net: nn.Module) -> int:
     patch_embed = getattr(net, "patch_embed", None)
     if patch_embed is not None and getattr(patch_embed, "img_size", None):
         return int(patch_embed.img_size[0])
-    return int(net.pretrained_cfg.get("input_size", (3, 224, 224))[-1])
+    # A model without either (a text model: its inputs are token ids) gets timm's default side,
+    # which only names a DataSpec field that token sets do not read.
+    return int(getattr(net, "pretrained_cfg", {}).get("input_size", (3, 224, 224))[-1])
 
 
 def input_size(name: str, kwargs: dict | None = None) -> int:

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
+from plasticity.components import family_of
+
 __all__ = ["FEATURES", "POOLS", "accuracy", "block_output", "extract_features", "fit_logreg", "grad_max",
            "l2_standardise", "logits", "loss", "pool_tokens", "select_c"]
 
@@ -56,7 +58,9 @@ def block_output(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"{type(net).__name__} has no `blocks`: task.features=block_output needs a timm ViT-like "
                          f"model. Fix: task.features=pre_logits.")
     caught: list[torch.Tensor] = []
-    handle = blocks[-1].register_forward_hook(lambda _m, _i, out: caught.append(out))
+    # transformers layers may return (tokens, ...): the tokens come first
+    handle = blocks[-1].register_forward_hook(lambda _m, _i, out: caught.append(out[0] if isinstance(out, tuple)
+                                                                                else out))
     try:
         net.forward_features(x)
     finally:
@@ -92,12 +96,15 @@ def extract_features(net: torch.nn.Module, images: Iterable[torch.Tensor], featu
     """
     if features not in FEATURES:
         raise ValueError(f"task.features={features!r}; choices: {', '.join(FEATURES)}.")
-    if features == "block_output" and pool == "cls" and getattr(net, "cls_token", None) is None:
+    text = family_of(net) != "vit"  # a TextTransformer pools over its real tokens (plasticity.text.models)
+    if features == "block_output" and pool == "cls" and (text or getattr(net, "cls_token", None) is None):
         raise ValueError(f"task.pool=cls but {type(net).__name__} has no class token. Fix: task.pool=mean.")
     out = []
     for x in images:
         if features == "pre_logits":
-            f = net.forward_head(net.forward_features(x), pre_logits=True)
+            f = net.pre_logits(x) if text else net.forward_head(net.forward_features(x), pre_logits=True)
+        elif text:  # mean over the real tokens (encoders) or the last real token (decoders): the head's pooling
+            f = net.pool(block_output(net, x), x)
         else:
             f = pool_tokens(block_output(net, x), pool)
         out.append(f.float())

@@ -219,3 +219,30 @@ def resize_weights(size: int, start: torch.Tensor, length: torch.Tensor, out: in
     inside = (src >= 0) & (src < length)
     weights = (1.0 - ((src + 0.5 - centre) / support).abs()).clamp_min(0.0) * inside
     return weights / weights.sum(dim=2, keepdim=True)
+
+
+class TokenIds(torch.nn.Module):
+    """The device transform of a text model's inputs: token ids pass unchanged (no augmentation)."""
+
+    def forward(self, ids: torch.Tensor, sizes: torch.Tensor | None = None) -> torch.Tensor:
+        return ids
+
+
+def input_transform(net: torch.nn.Module, data, train: bool = False, augment: bool = True) -> torch.nn.Module:
+    """The batch transform of ``net``'s inputs: :class:`DeviceTransform` at the model's input side with
+    ``dataset``'s normalisation (crops and flips when ``train`` and ``augment``), or :class:`TokenIds`
+    for a text model.
+
+    Args:
+        net: The model (a timm ViT, or a :class:`~plasticity.text.models.TextTransformer`).
+        data: The ``dataset`` config (``mean``, ``std``, ``crop_scale``, ``hflip``).
+        train: The training transform.
+        augment: Crop and flip in training (false: the JPEG path already did).
+    """
+    from plasticity.components import family_of
+    from plasticity.models import image_size
+
+    if family_of(net) != "vit":
+        return TokenIds()
+    return DeviceTransform(image_size(net), data.mean, data.std, train=train and augment,
+                           crop_scale=tuple(data.crop_scale), hflip=data.hflip)

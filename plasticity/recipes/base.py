@@ -20,9 +20,8 @@ from plasticity.validate import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
-
-    from plasticity.data import ArraySet
 
 __all__ = ["AnalysisRecipe", "RecipeBase"]
 
@@ -94,15 +93,19 @@ class AnalysisRecipe(RecipeBase):
         super().__init__(cfg, run_dir)
         self.device = device(cfg.task.device)
 
-    def setup_images(self) -> tuple["ArraySet", "ArraySet"]:
-        """Test splits of the reference and downstream datasets, decoded for the model's input side."""
+    def setup_images(self) -> tuple["np.ndarray", "np.ndarray"]:
+        """What the pairs are drawn from in the reference and downstream test splits
+        (:func:`plasticity.measure.pair_inputs`): images decoded for the model's input side, or
+        token windows of ``dataset.window`` tokens."""
         from plasticity.data import DataSpec, load_splits
+        from plasticity.measure import pair_inputs
 
         down = DataSpec.from_config(self.cfg)
         ref = down.replace(name=self.cfg.task.reference, limit=None, num_classes=None)
         for spec in (ref, down):  # every problem reported before anything is generated or loaded
             spec.check()
-        return load_splits(ref).test, load_splits(down).test
+        window = self.cfg.dataset.get("window")
+        return pair_inputs(load_splits(ref).test, window), pair_inputs(load_splits(down).test, window)
 
     def setup_net(self, num_classes: int = 10) -> "torch.nn.Module":
         """The model in eval mode on the task's device (the analyses never use its head)."""
@@ -112,13 +115,13 @@ class AnalysisRecipe(RecipeBase):
         """``task.precision`` on the task's device (:func:`plasticity.devices.autocast`)."""
         return autocast(self.cfg.task.precision, self.device)
 
-    def pairs(self, net: "torch.nn.Module", ref: "ArraySet", down: "ArraySet") -> Iterator["torch.Tensor"]:
-        """Batches of 2B transformed images on the device: B reference images, then B downstream."""
-        from plasticity.data.augment import DeviceTransform
+    def pairs(self, net: "torch.nn.Module", ref: "np.ndarray", down: "np.ndarray") -> Iterator["torch.Tensor"]:
+        """Batches of 2B model inputs on the device: B reference inputs, then B downstream
+        (transformed images, or token windows)."""
+        from plasticity.data.augment import input_transform
         from plasticity.measure import pair_batches, pair_indices
-        from plasticity.models import image_size
 
-        task, data = self.cfg.task, self.cfg.dataset
+        task = self.cfg.task
         indices = pair_indices(len(ref), len(down), task.n_pairs, task.pairing, task.pairing_seed)
-        transform = DeviceTransform(image_size(net), data.mean, data.std, train=False).to(self.device)
-        return pair_batches(ref.images, down.images, indices, task.batch_size, transform, self.device)
+        transform = None if ref.ndim == 2 else input_transform(net, self.cfg.dataset).to(self.device)
+        return pair_batches(ref, down, indices, task.batch_size, transform, self.device)

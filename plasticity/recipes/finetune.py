@@ -273,17 +273,17 @@ class Finetune(RecipeBase):
         from plasticity.auto import choose, measure_units, unit_name
         from plasticity.components import select_units
         from plasticity.data import load_splits
-        from plasticity.data.augment import DeviceTransform
-        from plasticity.measure import pair_batches, pair_indices
-        from plasticity.models import image_size
+        from plasticity.data.augment import input_transform
+        from plasticity.measure import pair_batches, pair_indices, pair_inputs
 
         auto, data = self.cfg.component.auto, self.cfg.dataset
         started = time.perf_counter()
         ref = load_splits(datamodule.spec.replace(name=auto.reference, limit=None, num_classes=None)).test
-        target = datamodule.splits.train
+        window = data.get("window")  # text: tokens per pair window
+        ref, target = pair_inputs(ref, window), pair_inputs(datamodule.splits.train, window)
         indices = pair_indices(len(ref), len(target), auto.n_pairs, "sequential")
-        transform = DeviceTransform(image_size(net), data.mean, data.std, train=False)
-        table = measure_units(net, pair_batches(ref.images, target.images, indices, auto.batch_size, transform))
+        transform = None if ref.ndim == 2 else input_transform(net, data)
+        table = measure_units(net, pair_batches(ref, target, indices, auto.batch_size, transform))
         total = sum(p.numel() for p in net.parameters())
         units = choose(table, auto.budget, total)
         self.auto_record = {"selected": [unit_name(u) for u in units], "auto_table": table,
@@ -297,19 +297,12 @@ class Finetune(RecipeBase):
         """The LightningModule: the optimizer from ``optimizer`` (a partial), the schedule from ``task``."""
         import hydra
 
-        from plasticity.data.augment import DeviceTransform
-        from plasticity.models import image_size
+        from plasticity.data.augment import input_transform
         from plasticity.module import FinetuneModule
 
         data, task = self.cfg.dataset, self.cfg.task
-        img_size = image_size(net)
         # The JPEG path crops and flips in its loader workers: its train batches arrive augmented, only normalised here.
         augment_on_device = data.augment and not datamodule.cpu_augment
-
-        def transform(train: bool) -> DeviceTransform:
-            return DeviceTransform(
-                img_size, data.mean, data.std, train=train, crop_scale=tuple(data.crop_scale), hflip=data.hflip
-            )
 
         module = FinetuneModule(
             net,
@@ -318,8 +311,8 @@ class Finetune(RecipeBase):
             optimizer=hydra.utils.instantiate(self.cfg.optimizer),
             max_steps=task.max_steps,
             warmup_steps=task.warmup_steps,
-            train_transform=transform(augment_on_device),
-            eval_transform=transform(False),
+            train_transform=input_transform(net, data, train=True, augment=augment_on_device),
+            eval_transform=input_transform(net, data),
             lr_scale=dict(self.cfg.component.lr_scale or {}),
         )
         module.config_hash = self.config_hash

@@ -128,6 +128,10 @@ class LinearProbe(RecipeBase):
         import torch
 
         size = self.cfg.task.batch_size
+        if getattr(arrays, "images", None) is None:  # a token set: padded ids, the model reads them as they are
+            for start in range(0, len(arrays), size):
+                yield torch.from_numpy(np.asarray(arrays.ids[start:start + size], dtype=np.int64)).to(self.device)
+            return
         for start in range(0, len(arrays), size):
             images = torch.from_numpy(np.ascontiguousarray(arrays.images[start:start + size])).permute(0, 3, 1, 2)
             sizes = None if arrays.sizes is None else torch.from_numpy(np.asarray(arrays.sizes[start:start + size]))
@@ -135,12 +139,11 @@ class LinearProbe(RecipeBase):
 
     def features(self, net: "torch.nn.Module", splits: "Splits") -> dict[str, "torch.Tensor"]:
         """Raw (pooled, not yet normalised) features of each non-empty split, float32 on the device."""
-        from plasticity.data.augment import DeviceTransform
-        from plasticity.models import image_size
+        from plasticity.data.augment import input_transform
         from plasticity.probe import extract_features
 
-        task, data = self.cfg.task, self.cfg.dataset
-        transform = DeviceTransform(image_size(net), data.mean, data.std, train=False).to(self.device)
+        task = self.cfg.task
+        transform = input_transform(net, self.cfg.dataset).to(self.device)
         out = {}
         for name in ("train", "val", "test"):
             arrays = getattr(splits, name)

@@ -215,7 +215,11 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
         backbone = loaded
     else:
         backbone = _build(config, family)
-    backbone.float()  # GGUF weights are dequantised; every model trains and measures in fp32 (autocast aside)
+    # Every model trains and measures in fp32 (autocast aside). A GGUF model is already dequantised to
+    # fp32, and transformers refuses .float() on it (it marks it quantised): cast tensor by tensor.
+    for tensor in (*backbone.parameters(), *backbone.buffers()):
+        if tensor.is_floating_point() and tensor.dtype != torch.float32:
+            tensor.data = tensor.data.float()
     pad = config.pad_token_id if getattr(config, "pad_token_id", None) is not None else 0
     model = TextTransformer(backbone, num_classes, pad_token_id=pad)
     if weights_file:
