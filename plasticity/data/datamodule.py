@@ -1,10 +1,11 @@
-"""The Lightning DataModule: a :class:`DataSpec`'s splits served as uint8 batches.
+"""The Lightning DataModule: a :class:`DataSpec`'s splits served as uint8 batches (token id batches
+for a text set).
 
 The train order is a function of (seed, epoch) (:class:`EpochBatchSampler`), and the train
 loader (:class:`ResumableLoader`) saves its place in that order in every checkpoint, so a run
 resumed from any checkpoint, inside an epoch or at its end, replays the exact batches of an
 uninterrupted run. Crop, flip and normalisation run on the accelerator
-(:mod:`plasticity.data.augment`), except on the JPEG path.
+(:mod:`plasticity.data.augment`), except on the JPEG path; text batches are not augmented.
 
 Under DDP each process takes a disjoint share of the same orders (the rank and world size come
 from the trainer; Lightning's own distributed sampler is off): of each global micro-step of
@@ -24,9 +25,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from plasticity.data.images import FileDataset, eval_transform, train_transform
-from plasticity.data.sources import ArraySet, DataError, FileSet, check_severity, source
-from plasticity.data.spec import DataSpec, load_splits
+from plasticity.data.sources import ArraySet, DataError, FileSet, check_severity, modality, source
+from plasticity.data.spec import DataSpec, check_text_spec, load_splits
 from plasticity.data.splits import Splits, expected_classes
+from plasticity.data.text import TokenSet
 
 __all__ = ["DataModule", "EpochBatchSampler", "ResumableLoader", "eval_batches", "resolve_workers"]
 
@@ -53,6 +55,29 @@ class _BatchDataset(Dataset):
         labels = torch.from_numpy(np.asarray(self.labels[idx]))
         batch = (torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), labels)
         return batch if self.sizes is None else (*batch, torch.from_numpy(np.asarray(self.sizes[idx])))
+
+
+class _TokenBatchDataset(Dataset):
+    """Returns a whole batch per index array: ``(int64 (B, max_length), int64 (B,))``, the token ids
+    right-padded with ``-1`` (:data:`plasticity.data.text.PAD`; the model masks it)."""
+
+    def __init__(self, tokens: TokenSet) -> None:
+        self.ids, self.labels = tokens.ids, tokens.labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, indices: list[int] | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        idx = np.asarray(indices, dtype=np.int64)
+        order = np.argsort(idx, kind="stable")  # sorted reads are sequential in a memory map
+        ids = np.empty((len(idx), self.ids.shape[1]), dtype=np.int64)
+        ids[order] = self.ids[idx[order]]
+        return torch.from_numpy(ids), torch.from_numpy(np.asarray(self.labels[idx], dtype=np.int64))
+
+
+def _batch_dataset(part: ArraySet | TokenSet) -> Dataset:
+    """The whole-batch dataset of an array set or a token set."""
+    return _TokenBatchDataset(part) if isinstance(part, TokenSet) else _BatchDataset(part)
 
 
 class EpochBatchSampler(Sampler):
@@ -186,7 +211,8 @@ class DataModule(L.LightningDataModule):
 
     Array and prepared sets are served as whole batches built by fancy indexing. Unprepared
     JPEG sets use the torchvision JPEG path in worker processes (train crops and flips there;
-    the device transform then only normalises, see :attr:`cpu_augment`).
+    the device transform then only normalises, see :attr:`cpu_augment`). Text sets are served
+    as whole batches of token ids, ``(int64 (B, max_length), int64 (B,))``, not augmented.
 
     Args:
         spec: What to read (:class:`DataSpec`; its ``img_size`` is the model's input side).
@@ -214,6 +240,7 @@ class DataModule(L.LightningDataModule):
         super().__init__()
         source(spec.name)
         check_severity(spec.severity)
+        check_text_spec(spec)
         if micro_batch_size <= 0 or (eval_batch_size is not None and eval_batch_size <= 0):
             raise ValueError("batch sizes must be positive")
         self.spec = spec
@@ -231,6 +258,11 @@ class DataModule(L.LightningDataModule):
     @property
     def img_size(self) -> int:
         return self.spec.img_size
+
+    @property
+    def modality(self) -> str:
+        """``"text"`` (token id batches) or ``"image"``."""
+        return modality(self.spec.name)
 
     def check(self) -> None:
         """Raise before any compute if the data is missing or corrupt or cannot be trained on."""
@@ -263,7 +295,7 @@ class DataModule(L.LightningDataModule):
         self.splits = load_splits(self.spec)
         if len(self.splits.train) < self.micro_batch_size:
             raise ValueError(
-                f"{self.name}: {len(self.splits.train)} training images < micro_batch_size "
+                f"{self.name}: {len(self.splits.train)} training examples < micro_batch_size "
                 f"{self.micro_batch_size}; with drop_last there would be no training batch"
             )
         if self.spec.source.kind == "files" and not self.splits.prepared:
@@ -297,8 +329,8 @@ class DataModule(L.LightningDataModule):
         train = self._splits().train
         rank, world = self._ranks()
         if len(train) < self.micro_batch_size * world:
-            raise ValueError(f"{self.name}: {len(train)} training images < micro_batch_size {self.micro_batch_size} x "
-                             f"{world} processes; with drop_last there would be no training batch")
+            raise ValueError(f"{self.name}: {len(train)} training examples < micro_batch_size {self.micro_batch_size}"
+                             f" x {world} processes; with drop_last there would be no training batch")
         files = isinstance(train, FileSet)
         sampler = EpochBatchSampler(len(train), self.micro_batch_size, self.seed, rank, world,
                                     sample_seeds=files and self.augment)
@@ -306,7 +338,7 @@ class DataModule(L.LightningDataModule):
             transform = (train_transform(self.img_size, self.crop_scale, hflip=self.hflip) if self.augment
                          else eval_transform(self.img_size))
             return self._loader(FileDataset(train, transform), ResumableLoader, batch_sampler=sampler)
-        return self._loader(_BatchDataset(train), ResumableLoader, batch_size=None, sampler=sampler)
+        return self._loader(_batch_dataset(train), ResumableLoader, batch_size=None, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader(self._splits().val)
@@ -314,6 +346,6 @@ class DataModule(L.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         return self._eval_loader(self._splits().test)
 
-    def _eval_loader(self, arrays: ArraySet) -> DataLoader:
+    def _eval_loader(self, arrays: ArraySet | TokenSet) -> DataLoader:
         batches = eval_batches(len(arrays), self.eval_batch_size, *self._ranks())
-        return self._loader(_BatchDataset(arrays), batch_size=None, sampler=batches)
+        return self._loader(_batch_dataset(arrays), batch_size=None, sampler=batches)

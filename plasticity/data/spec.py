@@ -2,7 +2,8 @@
 
 Every place that loads a dataset (the DataModule, the plasticity callback's reference, the
 analyses, ``task=inspect_data``) goes through a ``DataSpec``, so the data directory, the prepared
-arrays' root, the severity and the class count can never disagree between them.
+arrays' root, the severity and the class count can never disagree between them. A text set's spec
+also names the tokenizer (a text ``model.name``) and ``max_length``; its splits are token ids.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from plasticity.data.prepared import open_prepared, prepared_root
-from plasticity.data.sources import ArraySet, Source, check_severity, source
+from plasticity.data.sources import SOURCES, ArraySet, Source, check_severity, modality, source
 from plasticity.data.splits import Splits, apply_limit, check_classes, keep_classes, official_splits
+from plasticity.data.text import check_max_length, token_cache_path, tokenized
+from plasticity.text.hub import WHEELS, is_text_model
 
-__all__ = ["DataSpec", "load_splits"]
+__all__ = ["DataSpec", "check_text_spec", "load_splits"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +38,11 @@ class DataSpec:
         limit: Keep only the first ``limit`` training images (None: all).
         num_classes: Expected number of classes (None: the dataset's own; ``len(classes)`` with ``classes``).
         classes: Keep only these class indices, relabelled ``0..k-1`` in this order (None: all).
-        img_size: The model's input side (JPEG sets are decoded for it).
+        img_size: The model's input side (JPEG sets are decoded for it; unused by text sets).
+        tokenizer: A text set's tokenizer: a text ``model.name`` (``minilm_l6``, ``smollm2_135m``,
+            ``hf:<id>``); None for image sets.
+        max_length: A text set's tokens per example, the tokenizer's special tokens included
+            (``dataset.max_length``); None for image sets.
     """
 
     name: str
@@ -47,6 +54,8 @@ class DataSpec:
     num_classes: int | None = None
     img_size: int = 224
     classes: tuple[int, ...] | None = None
+    tokenizer: str | None = None
+    max_length: int | None = None
 
     def __post_init__(self) -> None:
         # Paths as strings, so that equal specs compare (and hash) equal whether built from a str or a Path.
@@ -61,28 +70,36 @@ class DataSpec:
         """The spec of ``dataset`` (or of another dataset ``name``, e.g. ``task.reference``, which
         shares the paths and severity but not the training limit, class count or class subset).
 
+        A text set takes its tokenizer from ``model.name`` (when that names a text model) and
+        ``max_length`` from ``dataset.max_length``.
+
         Args:
             cfg: The composed job config (``paths``, ``dataset``, ``model``).
             name: Another dataset than ``cfg.dataset.name``.
-            img_size: The model's input side; by default the configured model's (no model is built).
+            img_size: The model's input side; by default the configured model's (no model is built;
+                a text set needs none).
         """
         data = cfg.dataset
-        own = name is None or name == data.name
-        if img_size is None:
+        target = data.name if name is None else name
+        own = target == data.name
+        text = target in SOURCES and modality(target) == "text"
+        if img_size is None and not text:
             from plasticity.models import input_size
 
             img_size = input_size(cfg.model.name, cfg.model.kwargs)
         prepared = cfg.paths.prepared_dir
         return cls(
-            name=data.name if name is None else name,
+            name=target,
             data_dir=str(cfg.paths.data_dir),
             prepared_dir=None if prepared is None else str(prepared),
             severity=data.severity,
             download=bool(data.download),
             limit=data.limit if own else None,
             num_classes=data.num_classes if own else None,
-            img_size=int(img_size),
             classes=tuple(data.classes) if own and data.classes is not None else None,
+            tokenizer=cfg.model.name if text and is_text_model(cfg.model.name) else None,
+            max_length=_scalar(data.get("max_length")) if text else None,
+            **({} if img_size is None else {"img_size": int(img_size)}),
         )
 
     def replace(self, **changes: Any) -> DataSpec:
@@ -119,17 +136,54 @@ class DataSpec:
         self.source.ensure(self.data_dir, download=self.download)
 
 
+def _scalar(value: Any) -> Any:
+    """A config value as a spec field: a list or mapping (a mistake :func:`text_problems` names) as its
+    text, so that the spec stays hashable (validation memoises on it)."""
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+def check_text_spec(spec: DataSpec) -> None:
+    """Raise ValueError unless a text set's spec names a text model's tokenizer and a valid
+    ``max_length`` (nothing to check for an image set).
+
+    Raises:
+        ValueError: Naming the field, its value and the fix.
+    """
+    if modality(spec.name) != "text":
+        return
+    if not is_text_model(spec.tokenizer):
+        raise ValueError(
+            f"dataset={spec.name} is a text dataset: it is read as the token ids of a text model's own tokenizer, "
+            f"and this one has tokenizer={spec.tokenizer!r}. Fix: a text model, model.name={' or '.join(WHEELS)} "
+            f"(or hf:<id or folder>); in code DataSpec(..., tokenizer='minilm_l6', max_length=64).")
+    check_max_length(spec.max_length)
+
+
+def _tokens(spec: DataSpec, splits: Splits) -> Splits:
+    """A text set's raw-text splits as token ids (cached under the prepared root)."""
+    corrupted = getattr(spec.source, "corruption", None) is not None
+    folder = token_cache_path(spec.prepared_root, spec.name, spec.severity if corrupted else None,
+                              splits.split_hash, spec.tokenizer, spec.max_length)
+    parts = tokenized({"train": splits.train, "val": splits.val, "test": splits.test}, folder, spec.tokenizer,
+                      spec.max_length)
+    return Splits(parts["train"], parts["val"], parts["test"], splits.num_classes, splits.split_hash)
+
+
 def load_splits(spec: DataSpec) -> Splits:
     """Load a dataset's train/val/test splits.
 
     Small-image sets are read into memory. JPEG sets come from the ``task=prepare`` arrays when
     they exist for ``spec.img_size`` (memory-mapped); otherwise ``train`` is a :class:`FileSet`
-    (the JPEG path) and ``val``/``test`` decode lazily through the eval transform.
+    (the JPEG path) and ``val``/``test`` decode lazily through the eval transform. Text sets are
+    :class:`~plasticity.data.text.TokenSet` splits of ``spec.tokenizer``'s token ids, tokenised once
+    into a cache under the prepared root and memory-mapped from it.
 
     Raises:
-        ValueError: Unknown name, bad severity or bad limit.
+        ValueError: Unknown name, bad severity or bad limit; a text set without a text model's
+            tokenizer or with a bad ``max_length``.
         DataError: Data missing or corrupt, or prepared arrays stale.
     """
+    check_text_spec(spec)  # before anything is read or written
     spec.ensure()  # checks first: nothing is fetched for a corrupt set
     problems = check_classes(spec.name, spec.classes, spec.num_classes)
     if problems:
@@ -137,7 +191,9 @@ def load_splits(spec: DataSpec) -> Splits:
     splits = official_splits(spec.name, spec.data_dir, severity=spec.severity,
                              num_classes=None if spec.classes else spec.num_classes)
     subset = False  # whether the class subset is applied already
-    if spec.source.kind == "files":
+    if spec.source.kind == "text":
+        splits = _tokens(spec, splits)  # whole splits: one cache whatever the class subset or limit
+    elif spec.source.kind == "files":
         prepared = open_prepared(spec.name, spec.prepared_root, spec.img_size, splits.split_hash)
         if prepared is not None:
             splits = Splits(prepared["train"], prepared["val"], prepared["test"], splits.num_classes,
