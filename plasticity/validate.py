@@ -628,7 +628,7 @@ def check_model(cfg: DictConfig, p: Problems) -> None:
 
 def check_dataset_values(data: DictConfig, p: Problems) -> None:
     """Dataset options: severity, limit, class count, workers, normalisation, augmentation."""
-    from plasticity.data.sources import check_severity
+    from plasticity.data.sources import check_severity, text_problems
 
     p.check(check_severity, data.severity)
     workers = data.get("num_workers", 0)
@@ -652,6 +652,8 @@ def check_dataset_values(data: DictConfig, p: Problems) -> None:
     _check_crop_scale(p, data.get("crop_scale"))
     for key in ("augment", "hflip", "download"):
         boolean(p, f"dataset.{key}", data.get(key))
+    for problem in text_problems(data):  # a text set's dataset.max_length and dataset.window
+        p.add(problem)
 
 
 def _classes_problems(name: str, classes: list, num_classes: Any) -> list[str]:
