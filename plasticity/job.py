@@ -59,6 +59,7 @@ from plasticity.runs.ranks import announce, await_decision, conclude, global_ran
 from plasticity.runs.state import archive_run, clear_stale, conflict_message, inspect_run
 from plasticity.runs.stop import INTERRUPTED, Interrupted, recording_signals, signal_name, storage_fault
 from plasticity.sweep import sweep_varying
+from plasticity.validate import model_modality
 
 log = logging.getLogger(__name__)
 LOG_FILE = "launch.log"
@@ -249,7 +250,7 @@ def run_recipe_and_record(cfg: DictConfig, recipe, run_dir: Path, identity: dict
     stops with it.
     """
     setup_process(cfg)
-    record: dict[str, Any] = {**identity, "run_dir": str(run_dir)}
+    record: dict[str, Any] = {**identity, "modality": model_modality(cfg), "run_dir": str(run_dir)}
     chash = config_hash(cfg, recipe.sections)
     started = time.perf_counter()
     job, handler, stop = None, None, None

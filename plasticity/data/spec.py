@@ -36,6 +36,8 @@ class DataSpec:
         severity: Corruption severity ``1..5`` of the ``*_c`` sets.
         download: Let torchvision download missing files where it can.
         limit: Keep only the first ``limit`` training images (None: all).
+        eval_limit: Keep only the first ``eval_limit`` validation and test examples (None: all): quick
+            runs on large evaluation splits; the split hash says so.
         num_classes: Expected number of classes (None: the dataset's own; ``len(classes)`` with ``classes``).
         classes: Keep only these class indices, relabelled ``0..k-1`` in this order (None: all).
         img_size: The model's input side (JPEG sets are decoded for it; unused by text sets).
@@ -51,6 +53,7 @@ class DataSpec:
     severity: int = 5
     download: bool = False
     limit: int | None = None
+    eval_limit: int | None = None
     num_classes: int | None = None
     img_size: int = 224
     classes: tuple[int, ...] | None = None
@@ -95,6 +98,7 @@ class DataSpec:
             severity=data.severity,
             download=bool(data.download),
             limit=data.limit if own else None,
+            eval_limit=_scalar(data.get("eval_limit")),
             num_classes=data.num_classes if own else None,
             classes=tuple(data.classes) if own and data.classes is not None else None,
             tokenizer=cfg.model.name if text and is_text_model(cfg.model.name) else None,
@@ -208,9 +212,12 @@ def load_splits(spec: DataSpec) -> Splits:
     if spec.classes and not subset:
         splits = keep_classes(splits, spec.classes)
     train = apply_limit(splits.train, spec.limit)
+    val, test = (apply_limit(part, spec.eval_limit, "dataset.eval_limit") for part in (splits.val, splits.test))
     digest = splits.split_hash
+    if len(val) < len(splits.val) or len(test) < len(splits.test):  # evaluated on fewer examples: said by the hash
+        digest = hashlib.sha256(f"{digest}|eval_limit={spec.eval_limit}".encode()).hexdigest()[:12]
     if len(train) < len(splits.train):  # the run sees fewer examples: its hash says so
         digest = hashlib.sha256(f"{digest}|limit={len(train)}".encode()).hexdigest()[:12]
-    return Splits(train, splits.val, splits.test, splits.num_classes, digest, splits.prepared)
+    return Splits(train, val, test, splits.num_classes, digest, splits.prepared)
 
 

@@ -162,11 +162,13 @@ def official_splits(name: str, data_dir: str | Path, *, severity: int = 5, num_c
     return Splits(train, val, test, expected, digest)
 
 
-def apply_limit(train: ArraySet | FileSet | TokenSet, limit: int | None) -> ArraySet | FileSet | TokenSet:
+def apply_limit(train: ArraySet | FileSet | TokenSet, limit: int | None,
+                key: str = "dataset.limit") -> ArraySet | FileSet | TokenSet:
+    """The first ``limit`` examples of a split (``key`` names the option in the error)."""
     if limit is None:
         return train
-    if not isinstance(limit, int) or limit <= 0:
-        raise ValueError(f"dataset.limit={limit!r} must be a positive number of train images or null (all).")
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
+        raise ValueError(f"{key}={limit!r} must be a positive number of examples or null (all).")
     if isinstance(train, ArraySet):
         sizes = None if train.sizes is None else train.sizes[:limit]
         return ArraySet(train.images[:limit], train.labels[:limit], sizes)

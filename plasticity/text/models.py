@@ -195,6 +195,7 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
         **kwargs: Config overrides (``num_hidden_layers=2``, ``hidden_dropout_prob=0.0``...).
     """
     from transformers import AutoModel
+    from transformers.utils import logging as hf_logging
 
     if config is None:
         config = load_config(name)  # a fresh copy: the overrides below must not reach the memoised one
@@ -207,11 +208,20 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
         log.info("loading %s from %s%s", name, located.path, f" ({located.gguf_file}, dequantised to fp32)"
                  if located.gguf_file else "")
         try:
+            # transformers reports the checkpoint's pooler (left out on purpose) as unexpected: an error-level
+            # logger keeps that table out of the run's log; real failures raise.
+            verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+            hf_logging.set_verbosity_error()
+            hf_logging.disable_progress_bar()  # per-tensor bars: hundreds of lines in a sweep's log
             loaded = AutoModel.from_pretrained(located.path, config=config, gguf_file=located.gguf_file,
                                                local_files_only=not located.hub, attn_implementation="sdpa",
                                                **({"add_pooling_layer": False} if family == "bert" else {}))
         except (OSError, ValueError) as err:
             raise WeightsError(_fetch_message(name, err, located.hub)) from err
+        finally:
+            hf_logging.set_verbosity(verbosity)
+            if bars:
+                hf_logging.enable_progress_bar()
         backbone = loaded
     else:
         backbone = _build(config, family)
@@ -224,7 +234,9 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
     model = TextTransformer(backbone, num_classes, pad_token_id=pad)
     if weights_file:
         load_weights(model, weights_file)
-    return model
+    # from_pretrained returns the model in eval mode; a new model trains (dropout on) like a timm one,
+    # and every analysis puts it in eval mode itself.
+    return model.train()
 
 
 def _build(config, family: str) -> nn.Module:

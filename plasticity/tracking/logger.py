@@ -101,12 +101,13 @@ def run_config(cfg: DictConfig, identity: dict[str, Any], run_dir: str | Path, *
     """The W&B config of a run: the resolved config (nested), ``optimizer.name``, the identity
     under ``run`` and any ``extra`` top-level fields (``split_hash``, ``params``)."""
     from plasticity.runs.record import optimizer_name
+    from plasticity.validate import model_modality
 
     config = OmegaConf.to_container(cfg, resolve=True)
     optimizer = config.get("optimizer")
     if isinstance(optimizer, dict) and "_target_" in optimizer:
         optimizer["name"] = optimizer_name(optimizer["_target_"])
-    config["run"] = {**identity, "name": cfg.get("run_name"), "dir": str(run_dir)}
+    config["run"] = {**identity, "modality": model_modality(cfg), "name": cfg.get("run_name"), "dir": str(run_dir)}
     config.update(extra)
     return config
 
