@@ -13,9 +13,9 @@ FMNIST_FILES := train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3
 export HF_HUB_OFFLINE ?= 1
 export WANDB_MODE ?= offline
 
-.PHONY: run test test-gpu setup data slurm clean help
+.PHONY: run run-text test test-gpu setup data slurm clean help
 help:
-	@echo "make run | make test | make setup | make data | make slurm | make clean"
+	@echo "make run | make test | make run-text | make setup | make data | make slurm | make clean"
 
 setup: $(STAMP)
 
@@ -74,6 +74,19 @@ run: setup data
 	$(PY) launch.py experiment=quickstart_bounds print_config=false
 	$(PY) -m plasticity.report.summary --outputs outputs
 	$(PY) launch.py task=report sweep_dir=outputs print_config=false
+
+# make run-text  the paper's analysis on real pretrained language transformers (all-MiniLM-L6-v2, SmolLM2-135M):
+#                P(f) of both in both modes, a MiniLM component grid on six text targets, its probe, the
+#                report with Table 1 and the claims (outputs/text; SmolLM2's P(f) in outputs/text_smollm2)
+TEXT_OUT := outputs/text
+run-text: setup
+	$(PY) launch.py -m experiment=text_plasticity task.mode=embedding,layer paths.output_dir=$(TEXT_OUT) print_config=false
+	$(PY) launch.py -m experiment=text_plasticity model=smollm2_135m dataset=text/rotten_tomatoes task.mode=embedding,layer task.n_pairs=256 paths.output_dir=$(TEXT_OUT)_smollm2 print_config=false
+	$(PY) launch.py -m experiment=text_quickstart paths.output_dir=$(TEXT_OUT) print_config=false
+	$(PY) launch.py -m experiment=text_quickstart component=ln1,ln2 optimizer.lr=0.3,1.0 paths.output_dir=$(TEXT_OUT) print_config=false
+	$(PY) launch.py -m experiment=text_quickstart task=linear_probe component=mha optimizer.lr=0.1 paths.output_dir=$(TEXT_OUT) print_config=false
+	$(PY) -m plasticity.report.summary --outputs $(TEXT_OUT)
+	$(PY) launch.py task=report sweep_dir=$(TEXT_OUT) print_config=false
 
 test: setup
 	-@$(MAKE) --no-print-directory data 2>/dev/null || echo "(no Fashion-MNIST: tests use fixtures)"

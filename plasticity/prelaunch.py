@@ -25,6 +25,7 @@ from rich.markup import escape
 
 from plasticity.console import console, job_overrides, print_config_tree, print_problems
 from plasticity.sweep import VARYING, Job, inspect_job, is_done, plan, split_line, submission_split, varying_keys
+from plasticity.validate import USABLE_WEIGHTS
 
 SUBMITTING = "hydra_plugins.plasticity_launcher."
 """Where the launchers that submit only what is not done live (Hydra loads launchers only from there)."""
@@ -164,7 +165,7 @@ def dry_run(jobs: list[Job], started: float, submitting: bool = False) -> None:
     inputs: dict[str, None] = {}  # each missing input's message once, in first-seen order
     for job in jobs:
         data, weights = inputs_of(job)
-        missing = [text for text in (data, weights) if text not in ("ok", "hub", "random init", "?")]
+        missing = [text for text in (data, weights) if text not in (*USABLE_WEIGHTS, "?")]
         inputs.update(dict.fromkeys(missing))
         other = [p for p in job.problems if not any(p in text for text in missing)]
         status = "rejected" if other else status_of(job)
@@ -172,7 +173,7 @@ def dry_run(jobs: list[Job], started: float, submitting: bool = False) -> None:
         for name, text in (("data missing", data), ("weights unusable", weights)):
             counts[name] = counts.get(name, 0) + (text in missing)
         table.add_row(str(job.num), str(_relative(job.run_dir)), status, "ok" if data == "ok" else "MISSING",
-                      weights if weights in ("ok", "hub", "random init") else "BAD", escape("; ".join(other)) or "-")
+                      weights if weights in USABLE_WEIGHTS else "BAD", escape("; ".join(other)) or "-")
     con = console()
     con.print(table)
     for text in inputs:

@@ -761,6 +761,10 @@ def inputs_status(cfg: DictConfig, sections: tuple[str, ...]) -> tuple[str, str]
     return data, "; ".join(model_problems(*_model_key(cfg.model))) or "ok"
 
 
+USABLE_WEIGHTS = ("ok", "hub", "random init", "wheel", "local")
+"""What :func:`inputs_status` says of weights that can be used (anything else names the problem)."""
+
+
 def weights_source(name: str) -> str:
     """Where pretrained weights come from, for a dry run: ``hub`` (timm, or ``hf:<hub id>``), the text
     wheel's files (``wheel``), a local folder (``local``), or the problem finding them."""

@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from plasticity.data.text import PAD  # the padding id of every token batch: the data layer's
 from plasticity.errors import WeightsError
 from plasticity.text.hub import locate
 
@@ -34,8 +35,6 @@ __all__ = ["FAMILIES", "PAD", "TextTransformer", "check_text_model", "create_tex
 
 log = logging.getLogger(__name__)
 
-PAD = -1
-"""The padding id of every token batch (the loaders' and the pair windows')."""
 
 FAMILIES: dict[str, str] = {"bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "llama": "llama"}
 """``config.model_type`` -> the family whose layer layout the component groups know."""
