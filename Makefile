@@ -80,7 +80,8 @@ run: setup data
 #                report with Table 1 and the claims (outputs/text; SmolLM2's P(f) in outputs/text_smollm2)
 TEXT_OUT := outputs/text
 run-text: setup
-	$(PY) launch.py -m experiment=text_plasticity task.mode=embedding,layer paths.output_dir=$(TEXT_OUT) print_config=false
+	$(PY) launch.py -m experiment=text_plasticity paths.output_dir=$(TEXT_OUT) print_config=false
+	$(PY) launch.py experiment=text_plasticity task.mode=layer dataset=text/rotten_tomatoes paths.output_dir=$(TEXT_OUT) print_config=false
 	$(PY) launch.py -m experiment=text_plasticity model=smollm2_135m dataset=text/rotten_tomatoes task.mode=embedding,layer task.n_pairs=256 paths.output_dir=$(TEXT_OUT)_smollm2 print_config=false
 	$(PY) launch.py -m experiment=text_quickstart paths.output_dir=$(TEXT_OUT) print_config=false
 	$(PY) launch.py -m experiment=text_quickstart component=ln1,ln2 optimizer.lr=0.3,1.0 paths.output_dir=$(TEXT_OUT) print_config=false

@@ -320,10 +320,18 @@ def claim_metrics(chosen: dict[tuple[str, str], list[dict]],
 
 def analysis_plasticity(analysis: list[tuple[Path, dict]], problems: list[Problem]) -> dict[str, dict[str, float]]:
     """Target -> group -> P(f): the mean over blocks of the ``plasticity.csv`` of its ``task=plasticity``
-    records (pooled over them); corrupt files go to ``problems``."""
+    records (pooled over them) of one mode: the paper's ``embedding`` mode where a target has it, else
+    ``layer`` (the two modes measure different functions and are never averaged together); corrupt
+    files go to ``problems``."""
     targets = sorted({r["dataset"] for _, r in analysis})
-    return {t: block_means(group_values(run_dir / "plasticity.csv", "mean", problems=problems)
-                                for run_dir, r in analysis if r["dataset"] == t) for t in targets}
+    out = {}
+    for target in targets:
+        runs = [(d, r) for d, r in analysis if r["dataset"] == target]
+        modes = {r.get("mode", "embedding") for _, r in runs}
+        mode = "embedding" if "embedding" in modes else sorted(modes)[0]
+        out[target] = block_means(group_values(d / "plasticity.csv", "mean", problems=problems)
+                                  for d, r in runs if r.get("mode", "embedding") == mode)
+    return out
 
 
 def group_values(path: str | Path | None, column: str, keep: Callable[[dict], bool] = lambda row: True,
