@@ -214,3 +214,27 @@ def test_real_smollm2_loads_from_its_gguf_file():
     assert counts["emb"] == 49152 * d and counts["final_norm"] == d
     assert all(p.dtype == torch.float32 for p in net.parameters())
     assert net(torch.tensor([[1, 2, 3, PAD]])).shape == (1, 2)
+
+
+def test_bounds_hold_where_the_propositions_apply():
+    """BERT: Props. 1-3 per layer, each above the measured P(f); Llama: Prop. 2 only (FC1: the stacked
+    gate and up weights), the rest stated as not covered."""
+    from plasticity.bounds import NOT_COVERED, block_bounds, token_stats
+
+    for family in ("bert", "llama"):
+        net = tiny(family)
+        ids = windows(8, 8)
+        rows = block_bounds(net, token_stats(net, [ids]))
+        measured = {(r["group"], r["block"]): r["mean"] for r in measure(net, iter([ids]), "embedding").summary()}
+        for row in rows:  # every bound given is an upper bound on the rates measured on these tokens
+            if row["bound"] != "prop3_rms":  # the paper's RMS radius: not a strict bound (Fig. 6)
+                assert row["value"] >= measured[(row["group"], row["block"])], row
+        if family == "llama":
+            assert {r["group"] for r in rows} == {"fc1", "fc2"} and set(NOT_COVERED["llama"]) == {"ln1", "ln2", "mha"}
+            mlp = net.blocks[1].mlp
+            stacked = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).double()
+            fc1 = next(r["value"] for r in rows if r["group"] == "fc1" and r["block"] == 1)
+            assert fc1 == pytest.approx(torch.linalg.matrix_norm(stacked, ord=2).item())
+        else:
+            assert {(r["group"], r["bound"]) for r in rows} == {("ln1", "prop1"), ("ln2", "prop1"), ("mha", "prop3_rms"),
+                                                                ("mha", "prop3_max"), ("fc1", "prop2"), ("fc2", "prop2")}

@@ -19,7 +19,7 @@ class Bounds(AnalysisRecipe):
     name = "bounds"
 
     def run(self) -> dict[str, Any]:
-        from plasticity.bounds import block_bounds, token_stats
+        from plasticity.bounds import NOT_COVERED, block_bounds, token_stats
         from plasticity.report.figures import plot_bounds
         from plasticity.runs.io import write_csv_atomic, write_json_atomic
         from plasticity.tracking.logger import log_analysis
@@ -31,6 +31,10 @@ class Bounds(AnalysisRecipe):
         rows = block_bounds(net, stats)
         write_csv_atomic(self.run_dir / "bounds.csv", rows, ("group", "block", "bound", "value"))
         summary = stats.summary()
+        family = getattr(net, "family", "vit")
+        if family != "vit":  # a text model: no image energy; what the propositions do not bound, and why
+            summary.pop("energy")
+            summary["not_covered"] = NOT_COVERED[family]
         write_json_atomic(self.run_dir / "token_stats.json", summary)
         plot_bounds(rows, self.run_dir / "bounds.png")
         log_analysis(self.cfg, self.identity(self.cfg), self.run_dir, tables={"bounds": rows},
