@@ -114,17 +114,39 @@ def test_probe_auto_and_lora_on_a_text_model(tmp_path):
     assert rec["status"] == "done" and rec["params"]["group"] == 2 * 4 * 768 * rank
 
 
+CONF = ROOT / "conf"
+
+
 @pytest.mark.parametrize("overrides, says", [
     (["debug=text", "dataset=fashion_mnist"], "dataset='fashion_mnist' is an image dataset but model.name='minilm_l6' "
                                              "is a text model"),
     (["debug=tiny", "dataset=text/debates"], "dataset='text/debates' is a text dataset but model.name="),
     (["debug=text", "dataset.max_length=600"], "dataset.max_length=600 exceeds the 512 positions"),
     (["debug=text", "task=plasticity", "task.reference=fashion_mnist"], "task.reference='fashion_mnist' is an image"),
+    (["debug=text", "task=linear_probe", "task.pool=cls"], "task.pool=cls but model.name='minilm_l6' is a text model"),
+    (["debug=text", "dataset.max_length=1"], "dataset.max_length=1"),
 ])
-def test_bad_text_input_is_named_before_compute(tmp_path, overrides, says):
-    done = launch(tmp_path, *overrides)
+def test_bad_text_input_is_named_with_its_fix(overrides, says):
+    """Validation, in process (what the launch runs before compute: the real launch is below)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from plasticity.recipes import validate
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("config", overrides=overrides)
+    GlobalHydra.instance().clear()
+    problems = validate(OmegaConf.create(OmegaConf.to_container(cfg)))
+    assert any(says in p and "Fix:" in p for p in problems), problems
+
+
+def test_a_text_model_on_an_image_set_stops_before_compute(tmp_path):
+    done = launch(tmp_path, "debug=text", "dataset=fashion_mnist")
     assert done.returncode == 1
-    assert says in done.stdout + done.stderr and "Fix:" in done.stdout + done.stderr
+    out = done.stdout + done.stderr
+    assert "is an image dataset but model.name='minilm_l6' is a text model" in out and "Fix:" in out
     assert "Traceback" not in done.stderr and not any(tmp_path.rglob("*.json"))
 
 

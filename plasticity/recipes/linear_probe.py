@@ -68,6 +68,12 @@ class LinearProbe(RecipeBase):
         check_dataset(cfg, p, cfg.dataset.name, trains=True)
         check_dataset_values(cfg.dataset, p)
         check_probe_task(cfg.task, p, local)
+        from plasticity.validate import model_modality
+
+        p.require(model_modality(cfg) == "image" or cfg.task.pool != "cls",
+                  f"task.pool=cls but model.name={cfg.model.name!r} is a text model: it has no class token to read "
+                  f"(its features are pooled as its head pools them: the mean of the real tokens for an encoder, the "
+                  f"last real token for a decoder). Fix: task.pool=mean.")
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
