@@ -4,6 +4,7 @@ files), the real MiniLM and SmolLM2 files of the installed wheels where a test s
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -238,3 +239,24 @@ def test_bounds_hold_where_the_propositions_apply():
         else:
             assert {(r["group"], r["bound"]) for r in rows} == {("ln1", "prop1"), ("ln2", "prop1"), ("mha", "prop3_rms"),
                                                                 ("mha", "prop3_max"), ("fc1", "prop2"), ("fc2", "prop2")}
+
+
+def test_an_hf_folder_loads_as_saved_and_an_unreachable_hub_id_names_the_fix(tmp_path, monkeypatch):
+    """model.name=hf:<folder>: a Llama saved with save_pretrained (and a tokenizer beside it) loads with
+    the same weights; hf:<hub id> offline is a WeightsError naming the way out."""
+    import shutil
+
+    from plasticity.errors import WeightsError
+    from plasticity.text.hub import locate
+    from plasticity.text.models import check_text_model
+
+    net = tiny("llama")
+    net.backbone.save_pretrained(tmp_path)
+    shutil.copy(Path(locate("minilm_l6").path) / "tokenizer.json", tmp_path / "tokenizer.json")
+    again = create_text_model(f"hf:{tmp_path}", 3).eval()
+    assert again.family == "llama"
+    for (name, a), (_, b) in zip(net.backbone.state_dict().items(), again.backbone.state_dict().items()):
+        assert torch.equal(a, b), name
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(WeightsError, match="Hugging Face hub.*Fix: download it"):
+        check_text_model("hf:no-such-org/no-such-model-here")

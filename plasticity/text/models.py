@@ -174,6 +174,7 @@ def load_config(name: str):
 
 
 def _fetch_message(name: str, err: BaseException, hub: bool) -> str:
+    err = " ".join(str(err).split())  # one line: transformers' messages span several
     if hub:
         return (f"model.name={name!r}: could not load it from the Hugging Face hub ({err}). Fix: download it where "
                 f"there is internet (huggingface-cli download ...) and set model.name=hf:<that folder>.")
