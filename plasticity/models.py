@@ -299,9 +299,9 @@ def create_model(
     if is_text_model(name):  # a language transformer (plasticity.text): the same arguments and errors
         from plasticity.text.models import create_text_model
 
-        if weights_file:
-            check_weights_file(weights_file)
-        return create_text_model(name, num_classes, pretrained=pretrained, weights_file=weights_file, **kwargs)
+        weights = read_state(weights_file) if weights_file else None  # header checked first
+        return create_text_model(name, num_classes, pretrained=pretrained, weights_file=weights_file,
+                                 weights=weights, **kwargs)
     check_model_name(name)
     check_weights_file(weights_file, name, kwargs)  # header only, before anything is built
     log.info("creating model %s (%s)", name, "weights: " + str(weights_file) if weights_file else

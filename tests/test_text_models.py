@@ -260,3 +260,23 @@ def test_an_hf_folder_loads_as_saved_and_an_unreachable_hub_id_names_the_fix(tmp
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(WeightsError, match="Hugging Face hub.*Fix: download it"):
         check_text_model("hf:no-such-org/no-such-model-here")
+
+
+def test_a_weights_file_loads_over_a_text_model_and_another_architecture_is_named(tmp_path):
+    from safetensors.torch import save_file
+
+    from plasticity.errors import WeightsError
+    from plasticity.models import create_model
+
+    net = tiny("bert")
+    net.backbone.save_pretrained(tmp_path / "model")
+    (tmp_path / "model" / "vocab.txt").write_text("\n".join(f"t{i}" for i in range(120)))
+    trained = {k: v + 1 for k, v in net.state_dict().items() if v.is_floating_point()}
+    save_file(trained, tmp_path / "trained.safetensors")
+    again = create_model(f"hf:{tmp_path / 'model'}", 3, pretrained=True, weights_file=str(tmp_path / "trained.safetensors"))
+    for name, value in again.backbone.state_dict().items():
+        if value.is_floating_point():
+            assert torch.equal(value, trained[f"backbone.{name}"]), name
+    save_file({k: v for k, v in trained.items() if "layer.1." not in k}, tmp_path / "short.safetensors")
+    with pytest.raises(WeightsError, match="missing tensors .*backbone.encoder.layer.1"):
+        create_model(f"hf:{tmp_path / 'model'}", 3, weights_file=str(tmp_path / "short.safetensors"))

