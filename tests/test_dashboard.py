@@ -12,6 +12,7 @@ import pytest
 
 from plasticity.tracking import dashboard as dash
 from plasticity.tracking.runfile import read_run, run_files
+from tests import forklaunch
 from tests.fixtures import write_fashion_mnist
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +35,9 @@ def no_key_env(tmp_path):
 
 def launch(cwd, *overrides, multirun=False, timeout=120, environ=None):
     cmd = [sys.executable, str(ROOT / "launch.py"), *(["-m"] if multirun else []), *overrides]
-    return subprocess.run(cmd, cwd=cwd, env=environ or env(), capture_output=True, text=True, timeout=timeout)
+    if environ is None:  # the one environment most launches share: forked from a process that imported once
+        return forklaunch.run(cmd, cwd=cwd, env=env(), timeout=timeout)
+    return subprocess.run(cmd, cwd=cwd, env=environ, capture_output=True, text=True, timeout=timeout)
 
 
 def view(ws):

@@ -21,6 +21,8 @@ import torch
 from omegaconf import OmegaConf
 from safetensors.torch import load_file
 
+from tests import forklaunch
+
 ROOT = Path(__file__).resolve().parents[1]
 REL = 1e-5
 LAUNCHER_VARS = ("LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
@@ -55,8 +57,7 @@ def command(data_dir, *overrides, multirun=False):
 
 def launch(cwd, data_dir, *overrides, multirun=False):
     Path(cwd).mkdir(parents=True, exist_ok=True)
-    return subprocess.run(command(data_dir, *overrides, multirun=multirun), cwd=cwd, env=env(), capture_output=True,
-                          text=True, timeout=600)
+    return forklaunch.run(command(data_dir, *overrides, multirun=multirun), cwd=cwd, env=env(), timeout=600)
 
 
 def run_dir(root, task="finetune", component="mha", optimizer="sgd", lr=0.01):

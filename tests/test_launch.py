@@ -12,6 +12,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests import forklaunch
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["debug=tiny"]  # conf/debug/tiny.yaml: 2-block micro ViT, 4 steps of 16 images, CPU
 
@@ -24,7 +26,7 @@ def launch(tmp_path, data_dir, *overrides, multirun=False, base=TINY):
     # The default paths (relative to the launch directory) are part of what is tested.
     cmd = [sys.executable, str(ROOT / "launch.py"), *(["-m"] if multirun else []), *base,
            f"paths.data_dir={data_dir}", *overrides]
-    return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    return forklaunch.run(cmd, cwd=tmp_path, env=env, timeout=600)
 
 
 def run_dir(tmp_path, component="mha", lr=0.01, seed=0, task="finetune", dataset="fashion_mnist", optimizer="sgd"):

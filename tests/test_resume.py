@@ -28,6 +28,7 @@ from plasticity.report.collect import read_metrics
 from plasticity.runs.checkpoints import CONFIG_HASH_KEY, keep_metrics, metrics_files, resumable
 from plasticity.runs.state import inspect_run
 from plasticity.runs.stop import storage_fault
+from tests import forklaunch
 
 ROOT = Path(__file__).resolve().parents[1]
 # 160 train images / 16 = 10 optimizer steps an epoch (2 micro-batches each); a validation and a
@@ -44,7 +45,7 @@ def launch(cwd: Path, data_dir: Path, *overrides: str, output: Path | None = Non
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     cmd = [sys.executable, str(ROOT / "launch.py"), "debug=tiny", f"paths.data_dir={data_dir}", *RUN, *overrides,
            *([f"paths.output_dir={output}"] if output else [])]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return forklaunch.run(cmd, cwd=cwd, env=env, timeout=600)
 
 
 def fault(signal: str, at: str, step: int) -> list[str]:

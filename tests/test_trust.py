@@ -12,6 +12,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from tests import forklaunch
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
 BUILT = "creating model"  # logged by plasticity.models.create_model: never printed by a rejected launch
@@ -23,8 +25,7 @@ def command(data_dir, *overrides, multirun=False, base=("debug=tiny",)):
 
 
 def launch(cwd, data_dir, *overrides, multirun=False, base=("debug=tiny",)):
-    return subprocess.run(command(data_dir, *overrides, multirun=multirun, base=base), cwd=cwd, env=ENV,
-                          capture_output=True, text=True, timeout=600)
+    return forklaunch.run(command(data_dir, *overrides, multirun=multirun, base=base), cwd=cwd, env=ENV, timeout=600)
 
 
 def run_dir(root, component="mha", lr=0.01, seed=0, optimizer="sgd"):
