@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from plasticity.report.collect import read_metrics
+from tests import forklaunch
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ["debug=text", "component=fc1", "optimizer.lr=0.05", "task.max_steps=9", "task.val_every=3"]
@@ -27,7 +28,7 @@ def launch(outputs: Path, *overrides: str, multirun: bool = False) -> subprocess
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     cmd = [sys.executable, str(ROOT / "launch.py"), *(["-m"] if multirun else []), *overrides,
            f"paths.output_dir={outputs}", "print_config=false"]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return forklaunch.run(cmd, cwd=ROOT, env=env, timeout=600)  # a real process, forked after the imports
 
 
 def record(run: Path) -> dict:
