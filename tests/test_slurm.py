@@ -29,7 +29,6 @@ import pytest
 import torch
 
 from plasticity.runs.lock import lock_holder
-from tests import forklaunch
 from tests.slurm_cluster import PARTITION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,15 +36,14 @@ LAUNCH_TIMEOUT_S = 420
 GRID = ["component=ln1,mha", "seed=0,42"]
 GRID_RUNS = [(c, s) for c in ("ln1", "mha") for s in (0, 42)]  # in the sweep's job order
 # 160 train images / 16 = 10 steps an epoch; a validation and last.ckpt every 7 steps, so the first
-# checkpoint (where the requeued job resumes) falls inside the first epoch, and the resumed part
-# crosses two epoch ends; with augmentation (the generators' states are in the checkpoint). The
-# interrupted jobs are held (SIGSTOP) at their first checkpoint until their signal waits for them:
-# the run's length does not have to outlast the requeue.
-LONG = ["component=fc1", "task.max_steps=30", "task.val_every=7", "task.batch_size=16",
+# checkpoint (where the requeued job resumes) falls inside the first epoch. Long enough that a
+# requeue lands before the end; with augmentation (the generators' states are in the checkpoint).
+LONG = ["component=fc1", "task.max_steps=600", "task.val_every=7", "task.batch_size=16",
         "task.micro_batch_size=16"]
 SETUP_LINE = "setup line ran in job"
 FAIL_MHA = ["+callbacks.fault._target_=tests.faults.Fail", "+callbacks.fault.component=${component.name}",
             "+callbacks.fault.fail_for=mha"]
+USR2_BIT = 1 << (signal.SIGUSR2 - 1)
 
 
 def slurm_args(**keys) -> list[str]:
@@ -63,8 +61,8 @@ def command(data_dir: Path, *overrides: str, multirun: bool = True) -> list[str]
 def launch(cluster, cwd: Path, data_dir: Path, *overrides: str, **keys) -> subprocess.CompletedProcess:
     """A SLURM multirun from ``cwd``, waited for."""
     cwd.mkdir(parents=True, exist_ok=True)
-    return forklaunch.run(command(data_dir, *slurm_args(**keys), *overrides), cwd=cwd, env=job_env(cluster),
-                          timeout=LAUNCH_TIMEOUT_S)
+    return subprocess.run(command(data_dir, *slurm_args(**keys), *overrides), cwd=cwd, env=job_env(cluster),
+                          capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
 
 
 def start(cluster, cwd: Path, data_dir: Path, *overrides: str, slurm: bool = True, **keys) -> subprocess.Popen:
@@ -122,49 +120,14 @@ def holder(path: Path, timeout: float, proc: subprocess.Popen, need_ckpt: bool =
     return None
 
 
-def proc_status(pid: int) -> str | None:
-    """``/proc/<pid>/status`` (None: the process is gone)."""
+def usr2_pending(pid: int) -> bool:
+    """SIGUSR2 waits, undelivered, for the (stopped) process ``pid``."""
     try:
-        return Path(f"/proc/{pid}/status").read_text()
+        status = Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
-        return None
-
-
-def stopped(status: str) -> bool:
-    return re.search(r"^State:\s*T", status, flags=re.M) is not None
-
-
-def stop(pid: int) -> None:
-    """SIGSTOP to ``pid``; returns once it is stopped (or gone)."""
-    os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 30
-    while (status := proc_status(pid)) is not None and not stopped(status) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-def pending(pid: int, signum: int) -> bool:
-    """``signum`` waits, undelivered, for the stopped process ``pid``, or it runs again (SLURM may
-    continue a stopped job step before it signals it), or it is gone: nothing left to wait for."""
-    status = proc_status(pid)
-    if status is None or not stopped(status):
-        return True
+        return True  # gone: nothing left to wait for
     masks = re.findall(r"^(?:SigPnd|ShdPnd):\s*([0-9a-f]+)$", status, flags=re.M)
-    return any(int(mask, 16) & (1 << (signum - 1)) for mask in masks)
-
-
-def hold_until(pid: int, signum: int, timeout_s: float) -> bool:
-    """Continues the process ``pid``, stopped by :func:`stop`, once ``signum`` waits for it (or
-    ``timeout_s`` passed): it handles the signal where it was stopped. False if the signal never came."""
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not pending(pid, signum) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return pending(pid, signum)
-    finally:
-        try:
-            os.kill(pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
+    return any(int(mask, 16) & USR2_BIT for mask in masks)
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
@@ -333,7 +296,7 @@ def test_half_finished_grid_submits_only_the_missing_runs(finished_grid, slurm_c
 
 @dataclass
 class Interrupted:
-    """The same 30-step run three ways, each launched from ``root/<name>``: ``reference``
+    """The same 600-step run three ways, each launched from ``root/<name>``: ``reference``
     (uninterrupted, no SLURM), ``preempted`` (``scontrol requeue`` past its first checkpoint) and
     ``timed_out`` (past a 1-minute time limit)."""
 
@@ -347,20 +310,13 @@ class Interrupted:
 
 
 def requeue_after_checkpoint(cluster, state: Interrupted, proc: subprocess.Popen) -> None:
-    """``scontrol requeue`` the run's job once its first ``last.ckpt`` exists (a preemption). The
-    job's Python is stopped (SIGSTOP) at that checkpoint until the requeue's SIGTERM waits for it,
-    then continued: the requeue lands before the next checkpoint however loaded the machine is."""
+    """``scontrol requeue`` the run's job once its first ``last.ckpt`` exists (a preemption)."""
     found = holder(state.run("preempted"), LAUNCH_TIMEOUT_S, proc, need_ckpt=True)
     if found is None:
         state.notes["preempted"] = "the launch ended before a checkpoint"
         return
     state.jobs["preempted"] = found["slurm_job"]
-    stop(found["pid"])
-    try:
-        cluster.run("scontrol", "requeue", found["slurm_job"])
-    finally:
-        if not hold_until(found["pid"], signal.SIGTERM, 60):
-            state.notes["preempted"] = "no SIGTERM reached the job within 60 s of the requeue"
+    cluster.run("scontrol", "requeue", found["slurm_job"])
 
 
 def hold_until_time_limit_signal(state: Interrupted, proc: subprocess.Popen, held: threading.Event) -> None:
@@ -374,11 +330,20 @@ def hold_until_time_limit_signal(state: Interrupted, proc: subprocess.Popen, hel
             return
         state.jobs["timed_out"] = found["slurm_job"]
         pid = found["pid"]
-        stop(pid)
+        os.kill(pid, signal.SIGSTOP)
     finally:
         held.set()
-    if not hold_until(pid, signal.SIGUSR2, 150):  # SIGUSR2 comes 29 to 59 s after the job started
-        state.notes["timed_out"] = "no SIGUSR2 reached the job within 150 s"
+    try:
+        deadline = time.monotonic() + 150  # SIGUSR2 comes 29 to 59 s after the job started
+        while not usr2_pending(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if not usr2_pending(pid):
+            state.notes["timed_out"] = "no SIGUSR2 reached the job within 150 s"
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.fixture(scope="module")
@@ -423,7 +388,7 @@ def test_requeued_job_resumes_to_the_uninterrupted_result(interrupted, slurm_clu
     assert record["status"] == "done" and record["resumed"] is True, "the run ended before the requeue landed"
     log = (run / "launch.log").read_text()
     assert "run interrupted (stopped by SIGTERM)" in log  # the requeue's SIGTERM was recorded, then resumed
-    assert "resuming an interrupted run from step 7 of 30" in log  # the checkpoint inside the first epoch
+    assert "resuming an interrupted run from step 7 of 600" in log  # the checkpoint inside the first epoch
     assert (run / "metrics.part0.csv").is_file()  # the same run directory: the first part's metrics kept
     assert "done 1 (skipped 0)" in out
     assert_same_run(interrupted.run("reference"), run)
