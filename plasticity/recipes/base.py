@@ -123,5 +123,5 @@ class AnalysisRecipe(RecipeBase):
 
         task = self.cfg.task
         indices = pair_indices(len(ref), len(down), task.n_pairs, task.pairing, task.pairing_seed)
-        transform = None if ref.ndim == 2 else input_transform(net, self.cfg.dataset).to(self.device)
+        transform = input_transform(net, self.cfg.dataset).to(self.device)  # token ids pass as they are
         return pair_batches(ref, down, indices, task.batch_size, transform, self.device)

@@ -282,7 +282,7 @@ class Finetune(RecipeBase):
         window = data.get("window")  # text: tokens per pair window
         ref, target = pair_inputs(ref, window), pair_inputs(datamodule.splits.train, window)
         indices = pair_indices(len(ref), len(target), auto.n_pairs, "sequential")
-        transform = None if ref.ndim == 2 else input_transform(net, data)
+        transform = input_transform(net, data)  # token ids pass as they are
         table = measure_units(net, pair_batches(ref, target, indices, auto.batch_size, transform))
         total = sum(p.numel() for p in net.parameters())
         units = choose(table, auto.budget, total)

@@ -73,8 +73,8 @@ class TextTransformer(nn.Module):
         self.backbone = backbone
         self.family = family_of_config(backbone.config)
         # Llama's embedding-mode attention relies on sdpa's causal default (no mask given); eager
-        # attention would attend to future tokens there.
-        backbone.config._attn_implementation = "sdpa"
+        # attention would attend to future tokens there. (Built here with sdpa already: a no-op then.)
+        backbone.set_attn_implementation("sdpa")
         self.pad_token_id = int(pad_token_id)
         self.num_features = self.embed_dim = int(backbone.config.hidden_size)
         self.head = nn.Linear(self.num_features, num_classes)
@@ -203,7 +203,6 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
     for key, value in kwargs.items():
         setattr(config, key, value)
     family = family_of_config(config)
-    config._attn_implementation = "sdpa"
     if pretrained and weights is None and name is not None:
         located = locate(name)
         log.info("loading %s from %s%s", name, located.path, f" ({located.gguf_file}, dequantised to fp32)"
