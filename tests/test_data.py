@@ -104,7 +104,7 @@ def test_missing_fashion_mnist_raises_data_error(tmp_path: Path) -> None:
     for call in (
         lambda: load_splits(DataSpec("fashion_mnist", tmp_path)),
         lambda: DataSpec("fashion_mnist", tmp_path).check(),
-        lambda: DataModule(DataSpec("fashion_mnist", str(tmp_path)), micro_batch_size=4).check(),
+        lambda: DataModule(DataSpec("fashion_mnist", str(tmp_path)), micro_batch_size=4, num_workers=0).check(),
         lambda: load_splits(DataSpec("fashion_mnist_c/snow", tmp_path)),
     ):
         with pytest.raises(DataError) as err:
@@ -264,7 +264,8 @@ def _train_labels(dm: DataModule) -> list[int]:
 
 
 def test_datamodule_batches(fmnist: Path) -> None:
-    dm = DataModule(DataSpec("fashion_mnist", str(fmnist)), micro_batch_size=32, eval_batch_size=20, seed=1)
+    dm = DataModule(DataSpec("fashion_mnist", str(fmnist)), micro_batch_size=32, eval_batch_size=20, seed=1,
+                    num_workers=0)
     dm.check()
     dm.prepare_data()
     dm.setup("fit")
@@ -285,14 +286,15 @@ def test_datamodule_batches(fmnist: Path) -> None:
 
 
 def test_datamodule_train_batch_images_match_labels(fmnist: Path) -> None:
-    dm = DataModule(DataSpec("fashion_mnist", str(fmnist)), micro_batch_size=16)
+    dm = DataModule(DataSpec("fashion_mnist", str(fmnist)), micro_batch_size=16, num_workers=0)
     images, labels = next(iter(dm.train_dataloader()))
     table = {dm.splits.train.images[i].tobytes(): dm.splits.train.labels[i] for i in range(len(dm.splits.train))}
     assert [table[img.permute(1, 2, 0).numpy().tobytes()] for img in images] == labels.tolist()
 
 
 def test_datamodule_order_reproducible_by_seed(fmnist: Path) -> None:
-    make = lambda seed: DataModule(DataSpec("fashion_mnist", str(fmnist)), micro_batch_size=10, seed=seed)  # noqa: E731
+    spec = DataSpec("fashion_mnist", str(fmnist))
+    make = lambda seed: DataModule(spec, micro_batch_size=10, seed=seed, num_workers=0)  # noqa: E731
     a, b, c = make(0), make(0), make(1)
     assert _train_labels(a) == _train_labels(b)
     assert _train_labels(a) != _train_labels(c)
@@ -310,6 +312,6 @@ def test_datamodule_order_reproducible_by_seed(fmnist: Path) -> None:
 
 
 def test_datamodule_rejects_too_small_train_set(fmnist: Path) -> None:
-    dm = DataModule(DataSpec("fashion_mnist", str(fmnist), limit=40), micro_batch_size=64)
+    dm = DataModule(DataSpec("fashion_mnist", str(fmnist), limit=40), micro_batch_size=64, num_workers=0)
     with pytest.raises(ValueError, match="micro_batch_size"):
         dm.setup("fit")

@@ -108,7 +108,7 @@ def test_reference_prepares_its_test_split_only(tmp_path: Path) -> None:
 
 def _module(root: Path, **kwargs) -> DataModule:
     spec = DataSpec("domainnet/clipart", str(root), img_size=SIZE, num_classes=3, **kwargs)
-    dm = DataModule(spec, micro_batch_size=4, eval_batch_size=3, seed=0)
+    dm = DataModule(spec, micro_batch_size=4, eval_batch_size=3, seed=0, num_workers=0)
     dm.setup()
     return dm
 
@@ -138,7 +138,7 @@ def test_datamodule_jpeg_path_crops_on_the_cpu(prepared: Path) -> None:
 
 def test_reference_dataset_cannot_be_trained_on(tmp_path: Path) -> None:
     write_imagenet_val(tmp_path)
-    dm = DataModule(DataSpec("imagenet", str(tmp_path), num_classes=3), micro_batch_size=2)
+    dm = DataModule(DataSpec("imagenet", str(tmp_path), num_classes=3), micro_batch_size=2, num_workers=0)
     with pytest.raises(DataError, match=r"plasticity reference .* task.reference"):
         dm.check()
 

@@ -261,7 +261,7 @@ def test_window_errors_name_the_keys_and_the_fix(debates):
 
 def test_datamodule_serves_token_batches(debates):
     spec, splits = debates
-    dm = DataModule(spec, micro_batch_size=16, eval_batch_size=50, seed=3)
+    dm = DataModule(spec, micro_batch_size=16, eval_batch_size=50, seed=3, num_workers=0)
     dm.check()
     assert dm.modality == "text" and dm.num_classes == 3 and dm.split_hash == splits.split_hash
     assert not dm.cpu_augment
@@ -276,7 +276,7 @@ def test_datamodule_serves_token_batches(debates):
 
 def test_resumed_loader_replays_the_uninterrupted_order(debates):
     spec, _ = debates
-    make = lambda: DataModule(spec, micro_batch_size=16, seed=5).train_dataloader()  # noqa: E731
+    make = lambda: DataModule(spec, micro_batch_size=16, seed=5, num_workers=0).train_dataloader()  # noqa: E731
 
     def epoch(loader: ResumableLoader, k: int) -> list[torch.Tensor]:
         loader.sampler.set_epoch(k)  # what Lightning calls at the start of every epoch
@@ -308,7 +308,7 @@ def test_a_text_set_needs_a_text_models_tokenizer(tmp_path):
                                              r"smollm2_135m"):
             load_splits(spec)
         with pytest.raises(ValueError, match="tokenizer"):
-            DataModule(spec, micro_batch_size=8)
+            DataModule(spec, micro_batch_size=8, num_workers=0).check()
     assert files_under(tmp_path) == []
 
 

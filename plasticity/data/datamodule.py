@@ -25,8 +25,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from plasticity.data.images import FileDataset, eval_transform, train_transform
-from plasticity.data.sources import ArraySet, DataError, FileSet, check_severity, modality, source
-from plasticity.data.spec import DataSpec, check_text_spec, load_splits
+from plasticity.data.sources import ArraySet, DataError, FileSet, modality
+from plasticity.data.spec import DataSpec, load_splits
 from plasticity.data.splits import Splits, expected_classes
 from plasticity.data.text import TokenSet
 
@@ -36,13 +36,15 @@ log = logging.getLogger(__name__)
 
 
 class _BatchDataset(Dataset):
-    """Returns a whole batch per index array: ``(uint8 (B, C, H, W), int64 (B,)[, int64 (B, 2)])``.
+    """Returns a whole batch per index array: ``(uint8 (B, C, H, W), int64 (B,)[, int64 (B, 2)])`` for an
+    image set (the third element, the images' original sizes, for prepared (squashed) train sets);
+    ``(int64 (B, max_length), int64 (B,))`` for a token set, the ids right-padded with ``-1``
+    (:data:`plasticity.data.text.PAD`; the model masks it)."""
 
-    The third element, the images' original sizes, is present for prepared (squashed) train sets.
-    """
-
-    def __init__(self, arrays: ArraySet) -> None:
-        self.images, self.labels, self.sizes = arrays.images, arrays.labels, arrays.sizes
+    def __init__(self, part: ArraySet | TokenSet) -> None:
+        self.text = isinstance(part, TokenSet)
+        self.rows, self.labels = part.ids if self.text else part.images, part.labels
+        self.sizes = None if self.text else part.sizes
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -50,34 +52,11 @@ class _BatchDataset(Dataset):
     def __getitem__(self, indices: list[int] | np.ndarray) -> tuple[torch.Tensor, ...]:
         idx = np.asarray(indices, dtype=np.int64)
         order = np.argsort(idx, kind="stable")  # sorted reads are sequential in a memory map
-        images = np.empty((len(idx), *self.images.shape[1:]), dtype=np.uint8)
-        images[order] = self.images[idx[order]]
-        labels = torch.from_numpy(np.asarray(self.labels[idx]))
-        batch = (torch.from_numpy(images).permute(0, 3, 1, 2).contiguous(), labels)
+        rows = np.empty((len(idx), *self.rows.shape[1:]), dtype=np.int64 if self.text else np.uint8)
+        rows[order] = self.rows[idx[order]]
+        inputs = torch.from_numpy(rows) if self.text else torch.from_numpy(rows).permute(0, 3, 1, 2).contiguous()
+        batch = (inputs, torch.from_numpy(np.asarray(self.labels[idx], dtype=np.int64)))
         return batch if self.sizes is None else (*batch, torch.from_numpy(np.asarray(self.sizes[idx])))
-
-
-class _TokenBatchDataset(Dataset):
-    """Returns a whole batch per index array: ``(int64 (B, max_length), int64 (B,))``, the token ids
-    right-padded with ``-1`` (:data:`plasticity.data.text.PAD`; the model masks it)."""
-
-    def __init__(self, tokens: TokenSet) -> None:
-        self.ids, self.labels = tokens.ids, tokens.labels
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def __getitem__(self, indices: list[int] | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = np.asarray(indices, dtype=np.int64)
-        order = np.argsort(idx, kind="stable")  # sorted reads are sequential in a memory map
-        ids = np.empty((len(idx), self.ids.shape[1]), dtype=np.int64)
-        ids[order] = self.ids[idx[order]]
-        return torch.from_numpy(ids), torch.from_numpy(np.asarray(self.labels[idx], dtype=np.int64))
-
-
-def _batch_dataset(part: ArraySet | TokenSet) -> Dataset:
-    """The whole-batch dataset of an array set or a token set."""
-    return _TokenBatchDataset(part) if isinstance(part, TokenSet) else _BatchDataset(part)
 
 
 class EpochBatchSampler(Sampler):
@@ -198,11 +177,10 @@ def eval_batches(n: int, batch_size: int, rank: int = 0, world_size: int = 1) ->
 
 
 def resolve_workers(num_workers: int | str) -> int:
-    """``auto``: 0 without CUDA (two busy processes on a small CPU slow torch down), else up to 8."""
+    """``auto``: 0 without CUDA (two busy processes on a small CPU slow torch down), else up to 8; a
+    number as it is (the config schema and the DataLoader check it)."""
     if num_workers == "auto":
         return min(8, max(1, (os.cpu_count() or 2) - 1)) if torch.cuda.is_available() else 0
-    if not isinstance(num_workers, int) or num_workers < 0:
-        raise ValueError(f"dataset.num_workers={num_workers!r} must be a non-negative integer or 'auto'.")
     return num_workers
 
 
@@ -218,7 +196,7 @@ class DataModule(L.LightningDataModule):
         spec: What to read (:class:`DataSpec`; its ``img_size`` is the model's input side).
         micro_batch_size: Training batch size (``drop_last=True``).
         eval_batch_size: Validation/test batch size (default ``micro_batch_size``).
-        num_workers: DataLoader worker processes, or ``auto``.
+        num_workers: DataLoader worker processes, or ``auto`` (``dataset.num_workers``).
         seed: Seed of the training order (a ``torch.Generator``), independent of the splits.
         augment: Train with RandomResizedCrop + flip (else the eval transform) on the JPEG path.
         crop_scale: RandomResizedCrop scale range on the JPEG path.
@@ -231,16 +209,13 @@ class DataModule(L.LightningDataModule):
         *,
         micro_batch_size: int,
         eval_batch_size: int | None = None,
-        num_workers: int | str = 0,
+        num_workers: int | str,
         seed: int = 0,
         augment: bool = True,
         crop_scale: tuple[float, float] = (0.08, 1.0),
         hflip: bool = True,
     ) -> None:
         super().__init__()
-        source(spec.name)
-        check_severity(spec.severity)
-        check_text_spec(spec)
         if micro_batch_size <= 0 or (eval_batch_size is not None and eval_batch_size <= 0):
             raise ValueError("batch sizes must be positive")
         self.spec = spec
@@ -338,7 +313,7 @@ class DataModule(L.LightningDataModule):
             transform = (train_transform(self.img_size, self.crop_scale, hflip=self.hflip) if self.augment
                          else eval_transform(self.img_size))
             return self._loader(FileDataset(train, transform), ResumableLoader, batch_sampler=sampler)
-        return self._loader(_batch_dataset(train), ResumableLoader, batch_size=None, sampler=sampler)
+        return self._loader(_BatchDataset(train), ResumableLoader, batch_size=None, sampler=sampler)
 
     def val_dataloader(self) -> DataLoader:
         return self._eval_loader(self._splits().val)
@@ -348,4 +323,4 @@ class DataModule(L.LightningDataModule):
 
     def _eval_loader(self, arrays: ArraySet | TokenSet) -> DataLoader:
         batches = eval_batches(len(arrays), self.eval_batch_size, *self._ranks())
-        return self._loader(_batch_dataset(arrays), batch_size=None, sampler=batches)
+        return self._loader(_BatchDataset(arrays), batch_size=None, sampler=batches)

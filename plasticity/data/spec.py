@@ -128,16 +128,22 @@ class DataSpec:
         """Raise before any compute when the files are missing (and not downloadable) or corrupt.
 
         Raises:
-            ValueError: Unknown name or bad severity.
+            ValueError: Unknown name, bad severity; a text set without a text model's tokenizer or with a
+                bad ``max_length``.
             DataError: Files missing or corrupt; the message names the path and the fix.
         """
-        check_severity(self.severity)
+        self._check_values()
         self.source.check(self.data_dir, download=self.download)
 
     def ensure(self) -> None:
-        """Download (if allowed) or generate whatever the dataset needs on disk; cheap if present."""
-        check_severity(self.severity)
+        """Download (if allowed) or generate whatever the dataset needs on disk (cheap if present), after
+        the checks of :meth:`check`."""
+        self._check_values()
         self.source.ensure(self.data_dir, download=self.download)
+
+    def _check_values(self) -> None:
+        check_text_spec(self)
+        check_severity(self.severity)
 
 
 def _scalar(value: Any) -> Any:
@@ -187,7 +193,6 @@ def load_splits(spec: DataSpec) -> Splits:
             tokenizer or with a bad ``max_length``.
         DataError: Data missing or corrupt, or prepared arrays stale.
     """
-    check_text_spec(spec)  # before anything is read or written
     spec.ensure()  # checks first: nothing is fetched for a corrupt set
     problems = check_classes(spec.name, spec.classes, spec.num_classes)
     if problems:
