@@ -96,14 +96,10 @@ _SERVER_TEMP_DIRS: list = []
 
 def _fresh_process_state() -> None:
     """What a new interpreter would not share with the server or with the other launches."""
-    import tempfile
-    import weakref
-
     for tmp in _SERVER_TEMP_DIRS:
-        tmp._finalizer.detach()
-        tmp.name = tempfile.mkdtemp(suffix=os.path.basename(tmp.name)[11:])
-        tmp._finalizer = weakref.finalize(tmp, tmp._cleanup, tmp.name, warn_message=f"Implicitly cleaning up {tmp!r}",
-                                          ignore_errors=tmp._ignore_cleanup_errors)
+        # Made at import in the server; a launch's normal exit removes it (its finalizer), as in a new
+        # interpreter, so each launch makes it again, empty (launches of one server never overlap).
+        os.makedirs(tmp.name, exist_ok=True)
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()  # seeded from the OS at import in a new interpreter (random reseeds itself at fork)
@@ -111,7 +107,6 @@ def _fresh_process_state() -> None:
 
 def _child(request: dict) -> None:
     """In the forked child: become ``python launch.py <args>`` and never return."""
-    code = 1
     try:
         os.setpgid(0, 0)  # its own process group: a timeout kills it and what it started
         _fresh_process_state()
@@ -129,30 +124,14 @@ def _child(request: dict) -> None:
         import runpy
 
         runpy.run_path(LAUNCH, run_name="__main__")
-        code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        if stop.code is not None and not isinstance(stop.code, int):
-            print(stop.code, file=sys.stderr)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # exit code 130, as the launches' callers expect
         import traceback
 
         traceback.print_exc()
-        code = 130
-    except BaseException:  # what the interpreter prints for an uncaught exception, and its exit code
-        import traceback
-
-        traceback.print_exc()
-        code = 1
-    finally:
-        try:
-            import atexit as _atexit
-
-            _atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        raise SystemExit(130) from None
+    # The end, a SystemExit or an uncaught exception leave through the interpreter's own exit, as in
+    # ``python launch.py``: its traceback and code, then atexit handlers, finalizers and flushed streams.
+    raise SystemExit(0)
 
 
 def _serve() -> None:
