@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from plasticity.components import family_of
 
 __all__ = ["FEATURES", "POOLS", "accuracy", "block_output", "extract_features", "fit_logreg", "grad_max",
-           "l2_standardise", "logits", "loss", "pool_tokens", "select_c"]
+           "l2_standardise", "logits", "loss", "pool_problem", "pool_tokens", "select_c"]
 
 FEATURES = ("block_output", "pre_logits")
 """``block_output``: the last block's output tokens (before the final norm), pooled by ``pool``;
@@ -77,6 +77,22 @@ def pool_tokens(tokens: torch.Tensor, pool: str) -> torch.Tensor:
     raise ValueError(f"task.pool={pool!r}; choices: {', '.join(POOLS)}.")
 
 
+def pool_problem(pool: str, model: str, text: bool, cls_token: bool = True) -> str | None:
+    """The problem of ``task.pool=cls`` on a model without a class token (no text model has one), or None.
+
+    Args:
+        pool: ``task.pool``.
+        model: The model as the message names it (``model.name='minilm_l6'``, or its class name).
+        text: Whether it is a text model (:mod:`plasticity.text`).
+        cls_token: Whether an image model has a class token.
+    """
+    if pool != "cls" or (cls_token and not text):
+        return None
+    why = (" is a text model: it has no class token to read (its features are pooled as its head pools them: the "
+           "mean of the real tokens for an encoder, the last real token for a decoder)") if text else " has no class token"
+    return f"task.pool=cls but {model}{why}. Fix: task.pool=mean."
+
+
 @torch.inference_mode()
 def extract_features(net: torch.nn.Module, images: Iterable[torch.Tensor], features: str = "block_output",
                      pool: str = "mean") -> torch.Tensor:
@@ -97,8 +113,9 @@ def extract_features(net: torch.nn.Module, images: Iterable[torch.Tensor], featu
     if features not in FEATURES:
         raise ValueError(f"task.features={features!r}; choices: {', '.join(FEATURES)}.")
     text = family_of(net) != "vit"  # a TextTransformer pools over its real tokens (plasticity.text.models)
-    if features == "block_output" and pool == "cls" and (text or getattr(net, "cls_token", None) is None):
-        raise ValueError(f"task.pool=cls but {type(net).__name__} has no class token. Fix: task.pool=mean.")
+    problem = pool_problem(pool, type(net).__name__, text, getattr(net, "cls_token", None) is not None)
+    if features == "block_output" and problem:
+        raise ValueError(problem)
     out = []
     for x in images:
         if features == "pre_logits":

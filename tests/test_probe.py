@@ -17,6 +17,7 @@ from plasticity.probe import (
     grad_max,
     l2_standardise,
     loss,
+    pool_problem,
     pool_tokens,
     select_c,
 )
@@ -151,6 +152,16 @@ def test_cls_pool_needs_a_class_token():
     with pytest.raises(ValueError, match="no class token. Fix: task.pool=mean"):
         extract_features(net, iter([torch.randn(2, 3, 28, 28)]), "block_output", "cls")
     assert extract_features(net, iter([torch.randn(2, 3, 28, 28)]), "block_output", "mean").shape == (2, 64)
+
+
+def test_pool_problem_names_a_model_without_a_class_token():
+    text = pool_problem("cls", "model.name='minilm_l6'", text=True)
+    assert text.startswith("task.pool=cls but model.name='minilm_l6' is a text model") and text.endswith(
+        "Fix: task.pool=mean.")
+    assert pool_problem("cls", "VisionTransformer", text=False, cls_token=False) == (
+        "task.pool=cls but VisionTransformer has no class token. Fix: task.pool=mean.")
+    assert pool_problem("cls", "VisionTransformer", text=False) is None  # a ViT with its class token
+    assert pool_problem("mean", "model.name='minilm_l6'", text=True) is None
 
 
 def test_l2_standardise_uses_the_train_statistics():
