@@ -100,17 +100,21 @@ def attention_heads(attn: nn.Module) -> Heads:
     Raises:
         TypeError: if the module has neither a fused ``qkv`` nor split projections.
     """
-    H = attn.num_heads
     if getattr(attn, "qkv", None) is not None:
-        Q, K, V = _split_rows(attn.qkv.weight, 3 * H).chunk(3, dim=0)
-    elif getattr(attn, "q_proj", None) is not None:
-        Q, K, V = (_split_rows(p.weight, H) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
-    else:
-        raise TypeError(
-            f"{type(attn).__name__} has neither a fused `qkv` nor `q_proj`/`k_proj`/`v_proj` "
-            f"Linear layers; plasticity.bounds supports timm ViT/DeiT/BEiT/EVA attention."
-        )
-    O = _f64(attn.proj.weight).reshape(attn.proj.weight.shape[0], H, -1).permute(1, 0, 2)  # noqa: E741
+        return _heads(*_split_rows(attn.qkv.weight, 3 * attn.num_heads).chunk(3, dim=0), attn.proj)
+    if getattr(attn, "q_proj", None) is not None:
+        return _heads(*(_split_rows(p.weight, attn.num_heads) for p in (attn.q_proj, attn.k_proj, attn.v_proj)),
+                      attn.proj)
+    raise TypeError(
+        f"{type(attn).__name__} has neither a fused `qkv` nor `q_proj`/`k_proj`/`v_proj` "
+        f"Linear layers; plasticity.bounds supports timm ViT/DeiT/BEiT/EVA attention."
+    )
+
+
+def _heads(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, output: nn.Linear) -> Heads:
+    """:class:`Heads` of per-head ``(H, k, d)`` query/key/value blocks and the output projection, whose
+    columns ``[h*k, (h+1)*k)`` are head ``h``'s."""
+    O = _f64(output.weight).reshape(output.weight.shape[0], Q.shape[0], -1).permute(1, 0, 2)  # noqa: E741
     return Heads(Q=Q.contiguous(), K=K.contiguous(), V=V.contiguous(), O=O.contiguous())
 
 
@@ -200,10 +204,6 @@ class TokenStats:
     def __init__(self) -> None:
         self._n: int | None = None
         self._count = 0
-        self._sum_sq: torch.Tensor | None = None
-        self._max_sq: torch.Tensor | None = None
-        self._min_std: torch.Tensor | None = None
-        self._max_energy: torch.Tensor | None = None
 
     @torch.no_grad()
     def update(self, tokens: torch.Tensor, images: torch.Tensor) -> None:
@@ -331,8 +331,9 @@ def text_block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
         values: dict[str, dict[str, float]] = {}
         if model.family == "bert":
             attention = block.attention
-            heads = _split_heads(attention.self.query, attention.self.key, attention.self.value,
-                                 attention.output.dense, attention.self.num_attention_heads)
+            layers = (attention.self.query, attention.self.key, attention.self.value)
+            heads = _heads(*(_split_rows(p.weight, attention.self.num_attention_heads) for p in layers),
+                           attention.output.dense)
             values = {"ln1": {"prop1": ln_bound(attention.output.LayerNorm, stats.sigma)},
                       "mha": {"prop3_rms": mha_bound(heads, stats.n, stats.r_rms),
                               "prop3_max": mha_bound(heads, stats.n, stats.r_max)},
@@ -345,13 +346,6 @@ def text_block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
             values = {"fc1": {"prop2": spectral_norm(stacked).item()}, "fc2": {"prop2": fc_bound(mlp.down_proj)}}
         rows += [{"group": g, "block": i, "bound": b, "value": v} for g in GROUPS for b, v in values.get(g, {}).items()]
     return rows
-
-
-def _split_heads(query: nn.Linear, key: nn.Linear, value: nn.Linear, output: nn.Linear, num_heads: int) -> Heads:
-    """Per-head weights of an attention with separate query/key/value/output Linear layers (BERT)."""
-    Q, K, V = (_split_rows(p.weight, num_heads) for p in (query, key, value))
-    O = _f64(output.weight).reshape(output.weight.shape[0], num_heads, -1).permute(1, 0, 2)  # noqa: E741
-    return Heads(Q=Q.contiguous(), K=K.contiguous(), V=V.contiguous(), O=O.contiguous())
 
 
 def block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
