@@ -834,13 +834,12 @@ def text_problems(data: Any) -> list[str]:
     Args:
         data: The ``dataset`` config (or a dict with ``name``, ``max_length`` and ``window``).
     """
-    name = data.get("name")
-    if name not in SOURCES or modality(name) != "text":
+    if data["name"] not in SOURCES or modality(data["name"]) != "text":
         return []
     try:
-        check_max_length(data.get("max_length"))
-        if data.get("window") is not None:
-            check_window(data.get("window"), data.get("max_length"), "dataset.window")
+        check_max_length(data["max_length"])
+        if data["window"] is not None:
+            check_window(data["window"], data["max_length"], "dataset.window")
     except ValueError as err:
         return [str(err)]
     return []

@@ -98,11 +98,11 @@ class DataSpec:
             severity=data.severity,
             download=bool(data.download),
             limit=data.limit if own else None,
-            eval_limit=_scalar(data.get("eval_limit")),
+            eval_limit=_scalar(data.eval_limit),
             num_classes=data.num_classes if own else None,
             classes=tuple(data.classes) if own and data.classes is not None else None,
             tokenizer=cfg.model.name if text and is_text_model(cfg.model.name) else None,
-            max_length=_scalar(data.get("max_length")) if text else None,
+            max_length=_scalar(data.max_length) if text else None,
             **({} if img_size is None else {"img_size": int(img_size)}),
         )
 

@@ -144,15 +144,10 @@ def official_splits(name: str, data_dir: str | Path, *, severity: int = 5, num_c
         tr, va = split_indices(len(trainval_idx), 0.8, 42)
         base, train_idx, val_idx = whole, trainval_idx[tr], trainval_idx[va]
         test, test_src = whole.subset(test_idx), test_idx
-    elif "train" in parts:
-        base = parts["train"]
-        train_idx, val_idx = split_indices(len(base), 0.8, 42)
-        test = parts["test"]
+    else:  # the official test split; the reference has no train part (its test split only, in order)
+        test, base = parts["test"], parts.get("train", parts["test"])
         test_src = np.arange(len(test), dtype=np.int64)
-    else:  # the reference: test only, in order
-        test = parts["test"]
-        base, train_idx, val_idx = test, np.zeros(0, np.int64), np.zeros(0, np.int64)
-        test_src = np.arange(len(test), dtype=np.int64)
+        train_idx, val_idx = split_indices(len(base), 0.8, 42) if "train" in parts else (np.zeros(0, np.int64),) * 2
     train, val = base.subset(train_idx), base.subset(val_idx)
     all_labels = np.concatenate([train.labels, val.labels, test.labels])
     _check_classes(name, Path(data_dir), all_labels, expected)

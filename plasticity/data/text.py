@@ -274,12 +274,11 @@ def _open_cached(folder: Path, sizes: dict[str, int]) -> dict[str, np.ndarray] |
     for split in SPLITS:
         try:  # a zero-row array cannot be memory-mapped
             ids = np.load(folder / f"{split}.npy", mmap_mode="r" if sizes[split] else None, allow_pickle=False)
+            if ids.shape != (sizes[split], info["max_length"]) or ids.dtype != np.int32:
+                raise ValueError(f"{split}.npy has {ids.dtype} {ids.shape}, not int32 ({sizes[split]}, "
+                                 f"{info['max_length']})")
         except (OSError, ValueError, EOFError) as err:
             log.warning("token cache %s is unreadable (%s): tokenising again", folder, err)
-            return None
-        if ids.shape != (sizes[split], info["max_length"]) or ids.dtype != np.int32:
-            log.warning("token cache %s has %s %s, not int32 (%d, %d): tokenising again", folder, ids.dtype,
-                        ids.shape, sizes[split], info["max_length"])
             return None
         out[split] = ids
     return out
