@@ -222,17 +222,9 @@ class DataModule(L.LightningDataModule):
         self.micro_batch_size = micro_batch_size
         self.eval_batch_size = eval_batch_size or micro_batch_size
         self.num_workers, self.seed = resolve_workers(num_workers), seed
-        self.expected_classes = expected_classes(spec.name, spec.num_classes)
+        self.num_classes = expected_classes(spec.name, spec.num_classes)
         self.augment, self.crop_scale, self.hflip = augment, tuple(crop_scale), hflip
         self.splits: Splits | None = None
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-    @property
-    def img_size(self) -> int:
-        return self.spec.img_size
 
     @property
     def modality(self) -> str:
@@ -244,13 +236,9 @@ class DataModule(L.LightningDataModule):
         self.spec.check()
         if self.spec.source.reference_only:
             raise DataError(
-                f"{self.name} is the plasticity reference (its test split only) and has no training split. "
+                f"{self.spec.name} is the plasticity reference (its test split only) and has no training split. "
                 f"Fix: finetune on another dataset; use it as task.reference=... of task=plasticity."
             )
-
-    @property
-    def num_classes(self) -> int:
-        return self.expected_classes
 
     @property
     def split_hash(self) -> str:
@@ -268,15 +256,18 @@ class DataModule(L.LightningDataModule):
         if self.splits is not None:
             return
         self.splits = load_splits(self.spec)
-        if len(self.splits.train) < self.micro_batch_size:
-            raise ValueError(
-                f"{self.name}: {len(self.splits.train)} training examples < micro_batch_size "
-                f"{self.micro_batch_size}; with drop_last there would be no training batch"
-            )
+        self._check_batches(len(self.splits.train))  # before a trainer exists (component=auto measures on train)
         if self.spec.source.kind == "files" and not self.splits.prepared:
             log.warning("%s: reading JPEG files (no prepared arrays for img_size %d). Run `python launch.py "
-                        "task=prepare dataset=%s` once to decode them ahead of training.", self.name,
-                        self.img_size, self.name)
+                        "task=prepare dataset=%s` once to decode them ahead of training.", self.spec.name,
+                        self.spec.img_size, self.spec.name)
+
+    def _check_batches(self, n: int, world: int = 1) -> None:
+        """Raise unless ``n`` training examples fill one micro-batch on each of ``world`` processes."""
+        if n < self.micro_batch_size * world:
+            processes = f" x {world} processes" if world > 1 else ""
+            raise ValueError(f"{self.spec.name}: {n} training examples < micro_batch_size {self.micro_batch_size}"
+                             f"{processes}; with drop_last there would be no training batch")
 
     def _splits(self) -> Splits:
         self.setup()
@@ -303,15 +294,13 @@ class DataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         train = self._splits().train
         rank, world = self._ranks()
-        if len(train) < self.micro_batch_size * world:
-            raise ValueError(f"{self.name}: {len(train)} training examples < micro_batch_size {self.micro_batch_size}"
-                             f" x {world} processes; with drop_last there would be no training batch")
+        self._check_batches(len(train), world)
         files = isinstance(train, FileSet)
         sampler = EpochBatchSampler(len(train), self.micro_batch_size, self.seed, rank, world,
                                     sample_seeds=files and self.augment)
         if files:
-            transform = (train_transform(self.img_size, self.crop_scale, hflip=self.hflip) if self.augment
-                         else eval_transform(self.img_size))
+            transform = (train_transform(self.spec.img_size, self.crop_scale, hflip=self.hflip) if self.augment
+                         else eval_transform(self.spec.img_size))
             return self._loader(FileDataset(train, transform), ResumableLoader, batch_sampler=sampler)
         return self._loader(_BatchDataset(train), ResumableLoader, batch_size=None, sampler=sampler)
 
