@@ -91,7 +91,7 @@ def check_weights_file(weights_file: str | None, model_name: str | None = None,
         raise FileNotFoundError(f"model.weights_file={weights_file!r} does not exist. Fix: {WEIGHTS_FIX}")
     if path.is_dir():
         inside = sorted(p.name for p in path.iterdir() if p.suffix in (".safetensors", *TORCH_SUFFIXES))
-        holds = f" (it holds {', '.join(inside[:SHOWN])}{more(inside)})" if inside else ""
+        holds = f" (it holds {listed(inside)})" if inside else ""
         raise WeightsError(f"model.weights_file={weights_file!r} is a directory, not a weights file{holds}. "
                            f"Fix: {WEIGHTS_FIX}")
     shapes = weights_shapes(weights_file)
@@ -99,8 +99,9 @@ def check_weights_file(weights_file: str | None, model_name: str | None = None,
         check_architecture(weights_file, shapes, model_name, kwargs or {})
 
 
-def more(items: list) -> str:
-    return f", +{len(items) - SHOWN} more" if len(items) > SHOWN else ""
+def listed(items: list, sep: str = ", ") -> str:
+    """The first :data:`SHOWN` items, then ``+N more``."""
+    return sep.join(items[:SHOWN]) + (f", +{len(items) - SHOWN} more" if len(items) > SHOWN else "")
 
 
 def weights_shapes(weights_file: str) -> dict[str, tuple[int, ...]]:
@@ -237,23 +238,15 @@ def check_architecture(weights_file: str, shapes: dict[str, tuple[int, ...]], mo
     extra.sort(key=lambda k: [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in k.split(".")])
     if not (differ or missing or extra):
         return
-    parts = []
-    if differ:
-        listed = "; ".join(f"{k}: file {fmt(shapes[k])} vs model {fmt(expected[k])}" for k in differ[:SHOWN])
-        parts.append(f"{len(differ)} tensors differ in shape ({listed}{more(differ)})")
-    if missing:
-        parts.append(f"the file lacks {len(missing)} tensors the model needs "
-                     f"({', '.join(missing[:SHOWN])}{more(missing)})")
-    if extra:
-        parts.append(f"the file has {len(extra)} block tensors the model lacks "
-                     f"({', '.join(extra[:SHOWN])}{more(extra)})")
+    shown = [f"{k}: file {fmt(shapes[k])} vs model {fmt(expected[k])}" for k in differ]
+    parts = [f"{what.format(n=len(keys))} ({listed(keys, sep)})" for what, keys, sep in (
+        ("{n} tensors differ in shape", shown, "; "), ("the file lacks {n} tensors the model needs", missing, ", "),
+        ("the file has {n} block tensors the model lacks", extra, ", ")) if keys]
     built = f"model.name={model_name!r}" + (f" with model.kwargs={kwargs}" if kwargs else "")
     file_layout, model_layout = block_layout(shapes), block_layout(expected)
     hint = {k: v for k, v in file_layout.items() if model_layout.get(k) != v}
-    layouts = ""
-    if hint:
-        show = lambda d: ", ".join(f"{k}={d[k]}" for k in hint if k in d)  # noqa: E731
-        layouts = f" The file looks like {show(file_layout)}; the model has {show(model_layout)}."
+    show = lambda d: ", ".join(f"{k}={d[k]}" for k in hint if k in d)  # noqa: E731
+    layouts = f" The file looks like {show(file_layout)}; the model has {show(model_layout)}." if hint else ""
     example = ", ".join(f"{k}={v}" for k, v in hint.items()) or "depth/embed_dim"
     raise WeightsError(
         f"model.weights_file={weights_file!r} holds weights of another architecture than {built}: "
