@@ -39,7 +39,9 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
+from weakref import WeakSet
 
+from plasticity.compat import restore_qkv, route_qkv_through_forward
 from plasticity.components import (
     AUTO,
     COMPONENTS,
@@ -53,7 +55,7 @@ from plasticity.components import (
     resolve,
     selection_of,
 )
-from plasticity.validate import Problems, is_number, positive_int, positive_number
+from plasticity.validate import Problems
 
 if TYPE_CHECKING:
     import torch
@@ -76,6 +78,7 @@ ADAPTER_NAME = "default"
 """peft's adapter name: the ``default`` in ``lora_A.default.weight``."""
 
 _LORA_PARAM = re.compile(r"\.lora_[AB]\.")
+_ROUTED: "WeakSet[nn.Module]" = WeakSet()  # attention modules routed through qkv's forward, until merge_lora
 _WHY_NOT = {"ln1": "a LayerNorm", "ln2": "a LayerNorm", "emb": "the patch embedding (a Conv2d) and tokens",
             "all": "every parameter (full finetuning)", "head": "the head, which always trains in full"}
 
@@ -86,18 +89,17 @@ _WHY_NOT = {"ln1": "a LayerNorm", "ln2": "a LayerNorm", "emb": "the patch embedd
 def check_job_adapter(cfg: Any, groups: tuple[str, ...], p: Problems) -> None:
     """A job config's ``adapter`` section, given the groups its ``component.name`` selects
     (:func:`plasticity.components.check_strategy`'s return)."""
-    adapter = adapter_of(cfg)
-    if adapter:
+    adapter = adapter_of(cfg)  # its name, rank, alpha and dropout: the schema's (plasticity.schema.Lora)
+    if adapter and adapter["name"] in ADAPTERS:
         p.require(cfg.component.name != AUTO, "component=auto with adapter=lora: the measurement chooses whole "
                                               "weights to train. Fix: adapter=none, or a group with adapter=lora.")
-        for problem in check_adapter(list(groups), adapter):
-            p.add(problem)
+        check_lora_groups(groups, p)
 
 
 def check_adapter(component_groups: str | Iterable[str], adapter_cfg: Mapping | None) -> list[str]:
     """Every problem of an adapter config, one line each naming the key, the value, the choices and the fix.
 
-    Nothing is built or imported (no peft): it runs in config validation, before compute.
+    Nothing is built or imported (no peft). The numbers' ranges are :class:`plasticity.schema.Lora`'s.
 
     Args:
         component_groups: ``component.name`` (``"mha"``, ``"mha+fc1"``) or the list of groups LoRA
@@ -114,17 +116,12 @@ def check_adapter(component_groups: str | Iterable[str], adapter_cfg: Mapping | 
     if name not in ADAPTERS:
         return [f"adapter.name={name!r} is not an adapter. Choices: {', '.join(ADAPTERS)}. "
                 f"Fix: adapter=lora (LoRA on the component's Linear weights) or adapter=none."]
+    from plasticity.schema import Lora, check_node
+
     p = Problems()
     check_lora_groups(component_groups, p)
-    positive_int(p, "adapter.rank", adapter_cfg.get("rank"),
-                 " Fix: e.g. adapter.rank=8 (the rank r of each update B @ A).")
-    positive_number(p, "adapter.alpha", adapter_cfg.get("alpha"),
-                    "16 (twice the rank: the update is scaled by alpha / rank)")
-    dropout = adapter_cfg.get("dropout", 0.0)  # a dict built in code may leave it out: apply_lora's default, none
-    p.require(is_number(dropout) and 0 <= dropout < 1,
-              f"adapter.dropout={dropout!r} must be a number in [0, 1) (dropout on the LoRA input). "
-              f"Fix: adapter.dropout=0.0 (none) or e.g. 0.1.")
-    return p.items
+    # A dict built in code may leave dropout out: apply_lora's default, none.
+    return p.items + check_node(Lora, {**adapter_cfg, "dropout": adapter_cfg.get("dropout", 0.0)}, "adapter")
 
 
 def check_lora_groups(groups: str | Iterable[str], p: Problems) -> None:
@@ -272,15 +269,13 @@ def lora_selection(model: "nn.Module", component: str, train_final_norm: bool = 
 
 
 def _route_qkv_through_forward(model: "nn.Module", names: list[str]) -> None:
-    """BEiT/EVA attention with ``q_bias`` computes ``F.linear(x, self.qkv.weight, bias)``, skipping
-    the (adapted) module's forward; ``qkv_bias_separate=True`` makes it call ``self.qkv(x)``."""
+    """BEiT/EVA attention with ``q_bias`` skips its (adapted) ``qkv`` module's forward: routed through it
+    (:func:`plasticity.compat.route_qkv_through_forward`) until :func:`merge_lora`."""
     for name in names:
         parent_name, _, leaf = name.rpartition(".")
         parent = model.get_submodule(parent_name)
-        if leaf == "qkv" and getattr(parent, "q_bias", None) is not None and \
-                getattr(parent, "qkv_bias_separate", None) is False:
-            parent.qkv_bias_separate = True
-            parent._plasticity_qkv_bias_separate = False  # restored by merge_lora
+        if leaf == "qkv" and route_qkv_through_forward(parent):
+            _ROUTED.add(parent)
 
 
 # ------------------------------------------------------------------------------------- merge
@@ -338,9 +333,9 @@ def merge_lora(model: "nn.Module") -> "nn.Module":
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, leaf, layer.get_base_layer())
     for module in model.modules():
-        if hasattr(module, "_plasticity_qkv_bias_separate"):
-            module.qkv_bias_separate = module._plasticity_qkv_bias_separate
-            del module._plasticity_qkv_bias_separate
+        if module in _ROUTED:
+            restore_qkv(module)
+            _ROUTED.discard(module)
     if hasattr(model, "peft_config"):
         del model.peft_config
     return model

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
+import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -72,3 +74,71 @@ def workspace_from_json(text: str) -> Any:
     from wandb_workspaces.workspaces import Workspace, internal
 
     return Workspace._from_model(internal.View.model_validate_json(text))
+
+
+# ------------------------------------------------------------------ wandb 0.31.0
+
+
+def netrc_api_key(host: str) -> str | None:
+    """The API key the netrc file (``$NETRC``, else ``~/.netrc``) holds for the W&B server ``host``,
+    found as wandb itself finds it (its private ``wandb.sdk.lib.wbauth``), or None."""
+    from wandb.sdk.lib.wbauth import read_netrc_auth
+
+    return read_netrc_auth(host=host)
+
+
+RUN_FILE_HEADER = 7
+"""Bytes of a run file's header, and of each chunk's."""
+
+
+def run_file_records(path: str | Path) -> Iterator[Any]:
+    """Every ``wandb_internal_pb2.Record`` of a W&B run file (``run-<id>.wandb``), in order.
+
+    wandb has no public reader of these files. Their framing is LevelDB's log: a 7-byte file header
+    (``:W&B``, a 2-byte magic, a version byte), then 32 KiB blocks of chunks, each with a 7-byte
+    header (crc32 of the type byte and the payload as little-endian uint32, payload length uint16,
+    type uint8: 1 full, 2 first, 3 middle, 4 last); a block's tail shorter than a header is padding.
+
+    Raises:
+        ValueError: the header is not W&B's, or a chunk's checksum does not match (a corrupt file).
+    """
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, block, header, pos, pending = Path(path).read_bytes(), 32 * 1024, RUN_FILE_HEADER, RUN_FILE_HEADER, b""
+    if not data.startswith(b":W&B"):
+        raise ValueError(f"{path} is not a W&B run file: it does not start with b':W&B'")
+    while pos + header <= len(data):
+        space = block - pos % block
+        crc, length, kind = struct.unpack("<IHB", data[pos:pos + header]) if space >= header else (0, 0, 0)
+        if kind == 0 and length == 0:  # a block's trailer or zero padding up to the next block
+            pos += space
+            continue
+        chunk = data[pos + header:pos + header + length]
+        if zlib.crc32(chunk, zlib.crc32(bytes([kind]))) != crc:
+            raise ValueError(f"{path}: corrupt chunk at byte {pos} (checksum mismatch)")
+        pos += header + length
+        pending = chunk if kind in (1, 2) else pending + chunk
+        if kind in (1, 4):  # full, or the last chunk of a record
+            record = pb.Record()
+            record.ParseFromString(pending)
+            yield record
+
+
+# ------------------------------------------------------------------ timm 1.0.31
+
+
+def route_qkv_through_forward(attention: Any) -> bool:
+    """Makes BEiT/EVA attention with ``q_bias`` call its ``qkv`` Linear's forward (``self.qkv(x) + bias``)
+    instead of ``F.linear(x, self.qkv.weight, bias)``, which would skip an adapter wrapping ``qkv``.
+
+    timm's ``qkv_bias_separate`` switch, a constructor argument read at every forward, does that.
+    Returns whether it was switched (undo with :func:`restore_qkv`)."""
+    if getattr(attention, "q_bias", None) is None or getattr(attention, "qkv_bias_separate", None) is not False:
+        return False
+    attention.qkv_bias_separate = True
+    return True
+
+
+def restore_qkv(attention: Any) -> None:
+    """Undoes :func:`route_qkv_through_forward` (the attention's own ``F.linear`` again)."""
+    attention.qkv_bias_separate = False

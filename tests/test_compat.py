@@ -2,8 +2,14 @@
 against and fails, naming what to re-read, when the library's behaviour changes."""
 
 import json
+import os
+import struct
+import subprocess
+import sys
+import zlib
 from importlib.metadata import version
 
+import pytest
 from omegaconf import OmegaConf
 
 # ------------------------------------------------------------------ Hydra
@@ -118,3 +124,105 @@ def test_workspace_json_is_the_view_save_uploads_and_from_url_reads(monkeypatch)
         workspace_json(workspace)))
     from_url = ws.Workspace.from_url("https://wandb.ai/team/p?nw=abc")
     assert workspace_json(workspace_from_json(workspace_json(workspace))) == workspace_json(from_url), changed
+
+
+# ------------------------------------------------------------------ wandb
+
+
+def frame(records, block=32 * 1024):
+    """LevelDB-log framing as W&B writes it (the reader's inverse, written from the format)."""
+    out = bytearray(b":W&B" + struct.pack("<HB", 0xBEE1, 0))
+    for payload in records:
+        first = True
+        while True:
+            space = block - len(out) % block
+            if space < 7:
+                out += b"\0" * space
+                continue
+            chunk, payload = payload[:space - 7], payload[space - 7:]
+            kind = (1 if first else 4) if not payload else (2 if first else 3)
+            out += struct.pack("<IHB", zlib.crc32(chunk, zlib.crc32(bytes([kind]))), len(chunk), kind) + chunk
+            first = False
+            if not payload:
+                break
+    return bytes(out)
+
+
+def test_run_file_records_reassembles_records_across_blocks_and_detects_corruption(tmp_path):
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    from plasticity.compat import run_file_records
+
+    small, big = pb.Record(num=1), pb.Record(num=2)
+    big.history.item.add(key="x", value_json='"' + "y" * 76_800 + '"')  # first, middle and last chunks
+    path = tmp_path / "run-x.wandb"
+    path.write_bytes(frame([r.SerializeToString() for r in (small, big, small)]))
+    assert list(run_file_records(path)) == [small, big, small]
+    broken = bytearray(path.read_bytes())
+    broken[40_000] ^= 0xFF
+    path.write_bytes(bytes(broken))
+    with pytest.raises(ValueError, match="corrupt chunk"):
+        list(run_file_records(path))
+    path.write_bytes(b"PK\x03\x04")
+    with pytest.raises(ValueError, match="not a W&B run file"):
+        list(run_file_records(path))
+
+
+def test_run_file_records_read_the_run_file_wandb_writes(tmp_path):
+    """compat.run_file_records reads the file an offline wandb run writes (checked against wandb 0.31.0)."""
+    from plasticity.tracking.runfile import read_run, run_files
+
+    script = ("import wandb; run = wandb.init(project='p', config={'a': 1, 'b': {'c': 'd'}}, tags=['t']); "
+              "run.log({'x': 2.5}); run.summary['y'] = 3; run.finish()")
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"}
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=120, capture_output=True)
+    run = read_run(run_files(tmp_path)[0])
+    changed = (f"wandb {version('wandb')} writes run files plasticity.compat.run_file_records reads differently "
+               f"(checked against 0.31.0): re-read wandb/proto/wandb_internal.proto and the run file writer")
+    assert (run.project, run.tags, run.config["a"], run.config["b"]) == ("p", ["t"], 1, {"c": "d"}), changed
+    assert run.column("x") == [2.5] and run.summary["y"] == 3 and run.exit_code == 0, changed
+
+
+def test_netrc_api_key_is_wandbs_own_lookup(tmp_path, monkeypatch):
+    from plasticity.compat import netrc_api_key
+
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine api.wandb.ai\n  login user\n  password " + "k" * 40 + "\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    changed = (f"wandb {version('wandb')} finds netrc keys differently from plasticity.compat.netrc_api_key "
+               f"(checked against 0.31.0): re-read wandb/sdk/lib/wbauth/wbnetrc.py")
+    assert netrc_api_key("https://api.wandb.ai") == "k" * 40, changed
+    assert netrc_api_key("https://wandb.example.org") is None, changed
+
+
+# ------------------------------------------------------------------ timm
+
+
+@pytest.mark.parametrize("family", ["eva", "beit"])
+def test_route_qkv_through_forward_calls_the_qkv_linear_with_the_same_output(family):
+    """compat.route_qkv_through_forward makes BEiT/EVA attention with q_bias call ``qkv``'s forward, the same
+    function (checked against timm 1.0.31); restore_qkv undoes it."""
+    import torch
+    from timm.models import beit, eva
+
+    from plasticity.compat import restore_qkv, route_qkv_through_forward
+
+    torch.manual_seed(0)
+    if family == "eva":
+        attention = eva.EvaAttention(dim=8, num_heads=2, qkv_bias=True, scale_norm=False).eval()
+    else:
+        attention = beit.Attention(dim=8, num_heads=2, qkv_bias=True).eval()
+    torch.nn.init.normal_(attention.q_bias)
+    calls = []
+    attention.qkv.register_forward_hook(lambda *_: calls.append(1))
+    x = torch.randn(2, 5, 8)
+    plain = attention(x)
+    changed = (f"timm {version('timm')}: {family} attention no longer routes through qkv's forward with "
+               f"qkv_bias_separate (checked against 1.0.31): re-read timm/models/{family}.py")
+    assert not calls and route_qkv_through_forward(attention), changed
+    torch.testing.assert_close(attention(x), plain)
+    assert calls == [1] and not route_qkv_through_forward(attention), changed  # switched once
+    restore_qkv(attention)
+    attention(x)
+    assert calls == [1], changed

@@ -267,6 +267,29 @@ def test_merge_lora_in_place_gives_back_the_plain_model():
             torch.testing.assert_close(value, expected[key], atol=1e-6, rtol=0)
 
 
+def test_lora_on_beit_attention_with_q_bias_trains_through_qkv_and_merges_back():
+    """BEiT computes F.linear(x, qkv.weight, bias), which would skip LoRA: the attention is routed through qkv's
+    forward while adapted (the update counts) and back to its own F.linear once merged."""
+    import timm
+
+    torch.manual_seed(0)
+    net = timm.create_model("beit_base_patch16_224", img_size=28, patch_size=7, embed_dim=32, depth=1, num_heads=2,
+                            num_classes=10).eval()
+    x = images()
+    with torch.no_grad():
+        plain = net.forward_features(x)
+        apply_lora(net, "mha", rank=R, alpha=8)
+        attention = net.blocks[0].attn
+        assert attention.qkv_bias_separate and attention.q_bias is not None
+        torch.testing.assert_close(net.forward_features(x), plain)  # lora_B starts at zero
+        torch.nn.init.normal_(attention.qkv.lora_B["default"].weight)
+        adapted = net.forward_features(x)
+        assert not torch.allclose(adapted, plain, atol=1e-2)  # the update reaches the output
+        merge_lora(net)
+        assert attention.qkv_bias_separate is False and type(attention.qkv) is torch.nn.Linear
+        torch.testing.assert_close(net.forward_features(x), adapted, atol=1e-5, rtol=0)
+
+
 # ------------------------------------------------------------------------------------ checks
 
 

@@ -7,17 +7,15 @@ would upload.
 
 import csv
 import os
-import struct
 import subprocess
 import sys
 import time
-import zlib
 
 import pytest
 
 from plasticity import run_id
 from plasticity.tracking import SUMMARY_KEYS
-from plasticity.tracking.runfile import payloads, read_run, run_files
+from plasticity.tracking.runfile import read_run, run_files
 from plasticity.tracking.sync import offline_runs
 from tests.test_launch import ROOT, TINY, launch, result, run_dir
 
@@ -44,39 +42,6 @@ def only_run(path):
 def metrics_csv(path):
     with open(path / "metrics.csv", newline="") as f:
         return list(csv.DictReader(f))
-
-
-# --- the run file reader --------------------------------------------------------------------------
-
-def frame(records, block=32 * 1024):
-    """LevelDB-log framing as W&B writes it (the reader's inverse, written from the format)."""
-    out = bytearray(b":W&B" + struct.pack("<HB", 0xBEE1, 0))
-    for payload in records:
-        first = True
-        while True:
-            space = block - len(out) % block
-            if space < 7:
-                out += b"\0" * space
-                continue
-            chunk, payload = payload[:space - 7], payload[space - 7:]
-            kind = (1 if first else 4) if not payload else (2 if first else 3)
-            out += struct.pack("<IHB", zlib.crc32(chunk, zlib.crc32(bytes([kind]))), len(chunk), kind) + chunk
-            first = False
-            if not payload:
-                break
-    return bytes(out)
-
-
-def test_reader_reassembles_records_across_blocks_and_detects_corruption():
-    small, big = b"a" * 100, bytes(range(256)) * 300  # 76,800 bytes: first, middle, last chunks
-    data = frame([small, big, small], block=32 * 1024)
-    assert list(payloads(data)) == [small, big, small]
-    broken = bytearray(data)
-    broken[40_000] ^= 0xFF
-    with pytest.raises(ValueError, match="corrupt chunk"):
-        list(payloads(bytes(broken)))
-    with pytest.raises(ValueError, match="not a W&B run file"):
-        list(payloads(b"PK\x03\x04"))
 
 
 # --- finetuning runs ------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 from urllib.parse import urlparse
 
+from plasticity.compat import netrc_api_key
 from plasticity.components import COLORS, GROUPS, label
 from plasticity.tracking import STEP_METRIC
 
@@ -296,9 +297,7 @@ def has_credentials() -> bool:
     if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
         return True
     try:
-        from wandb.sdk.lib.wbauth import read_netrc_auth
-
-        return bool(read_netrc_auth(host=host_url()))
+        return bool(netrc_api_key(host_url()))
     except Exception:  # an unreadable netrc or another wandb layout: no usable key
         return False
 

@@ -1,14 +1,9 @@
 """A reader of W&B's own run files (``run-<id>.wandb``), offline runs included.
 
-wandb has no Python reader of these files. The format is LevelDB's log framing around
-``wandb.proto.wandb_internal_pb2.Record`` messages: a 7-byte file header (``:W&B``, a 2-byte magic,
-a version byte), then 32 KiB blocks of chunks, each with a 7-byte header (crc32 of the type byte and
-the payload as little-endian uint32, payload length uint16, type uint8: 1 full, 2 first, 3 middle,
-4 last). A block's tail shorter than a header is zero padding.
-
-:func:`read_run` folds the records into what W&B shows for the run: its id, group, job type,
-tags, config (``config.update`` items, nested dicts unpacked), summary (``summary.update``), the
-history rows (``history.item``) and the exit code.
+:func:`read_run` folds the records of a run file (:func:`plasticity.compat.run_file_records`: wandb
+has no public reader) into what W&B shows for the run: its id, group, job type, tags, config
+(``config.update`` items, nested dicts unpacked), summary (``summary.update``), the history rows
+(``history.item``) and the exit code.
 
 Example:
     >>> run = read_run(next(Path("outputs").rglob("run-*.wandb")))  # doctest: +SKIP
@@ -18,61 +13,13 @@ Example:
 from __future__ import annotations
 
 import json
-import struct
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-__all__ = ["RunFile", "read_run", "records", "run_files"]
+from plasticity.compat import run_file_records
 
-BLOCK = 32 * 1024
-HEADER = 7
-MAGIC = b":W&B"
-FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
-
-
-def payloads(data: bytes, path: str = "<bytes>") -> Iterator[bytes]:
-    """The record payloads of a run file's bytes, reassembled from their chunks.
-
-    Raises:
-        ValueError: the header is not W&B's, or a chunk's checksum does not match (a corrupt file).
-    """
-    if not data.startswith(MAGIC):
-        raise ValueError(f"{path} is not a W&B run file: it does not start with {MAGIC!r}")
-    pos, pending = HEADER, b""
-    while pos + HEADER <= len(data):
-        space = BLOCK - pos % BLOCK
-        if space < HEADER:  # block trailer
-            pos += space
-            continue
-        crc, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER])
-        if kind == 0 and length == 0:  # zero padding up to the next block
-            pos += space
-            continue
-        chunk = data[pos + HEADER:pos + HEADER + length]
-        if zlib.crc32(chunk, zlib.crc32(bytes([kind]))) != crc:
-            raise ValueError(f"{path}: corrupt chunk at byte {pos} (checksum mismatch)")
-        pos += HEADER + length
-        if kind == FULL:
-            yield chunk
-        elif kind == FIRST:
-            pending = chunk
-        elif kind == MIDDLE:
-            pending += chunk
-        elif kind == LAST:
-            yield pending + chunk
-            pending = b""
-
-
-def records(path: str | Path) -> Iterator[Any]:
-    """Every ``Record`` message of a run file, in order."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    for payload in payloads(Path(path).read_bytes(), str(path)):
-        record = pb.Record()
-        record.ParseFromString(payload)
-        yield record
+__all__ = ["RunFile", "read_run", "run_files"]
 
 
 @dataclass
@@ -115,7 +62,7 @@ def _items(items, into: dict) -> None:
 def read_run(path: str | Path) -> RunFile:
     """Folds a run file's records into a :class:`RunFile`."""
     run = RunFile(Path(path))
-    for record in records(path):
+    for record in run_file_records(path):
         kind = record.WhichOneof("record_type")
         if kind == "run":
             r = record.run

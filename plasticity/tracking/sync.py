@@ -22,7 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from plasticity.tracking.runfile import HEADER
+from plasticity.compat import RUN_FILE_HEADER
 
 __all__ = ["main", "offline_runs", "sync_command"]
 
@@ -43,7 +43,7 @@ def offline_runs(sweep_dir: str | Path, include_synced: bool = False) -> list[Pa
 
 def _empty(folder: Path) -> bool:
     """A run file with nothing past its header: the process was killed before W&B wrote a record."""
-    return all(f.stat().st_size <= HEADER for f in folder.glob("run-*.wandb"))
+    return all(f.stat().st_size <= RUN_FILE_HEADER for f in folder.glob("run-*.wandb"))
 
 
 def sync_command(paths: list[Path], entity: str | None = None, project: str | None = None,
