@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
-from plasticity.validate import Problems, check_dataset, is_int, is_number, positive_int, positive_number
+from plasticity.validate import Problems, check_dataset
 
 if TYPE_CHECKING:
     import torch.nn as nn
@@ -148,9 +148,29 @@ LABELS: dict[str, str] = {g.name: g.label for g in GROUP_TABLE}
 COLORS: dict[str, str] = {g.name: g.color for g in GROUP_TABLE}
 
 
-def label(name: str) -> str:
-    """The display label of a group (the name itself when unknown)."""
-    return LABELS.get(name, name)
+ADAPTER_LABELS: dict[str, str] = {"lora": "LoRA"}
+
+
+def label(tag: str) -> str:
+    """How tables and figures name a configuration: a group by its label (``MHA``, ``full``), the others
+    from their tag (``mha+fc1_b8-11`` -> ``MHA+FC1 b8-11``, ``mha_lora_r8`` -> ``MHA LoRA r8``, ``probe``
+    -> ``linear probe (logistic regression)``); an unknown tag as it is."""
+    if tag in LABELS:
+        return LABELS[tag]
+    if is_probe(tag):  # probe_block_output_cls -> "(logistic regression, block_output cls)"
+        variant = str(tag)[len(PROBE) + 1:].replace("block_output_", "block_output ")
+        return "linear probe (logistic regression" + (f", {variant})" if variant else ")")
+    parts = parse_tag(tag)
+    if parts is None:
+        return tag
+    text = "+".join(LABELS.get(g, g) for g in parts["groups"])
+    if parts["blocks"]:
+        text += f" {parts['blocks']}"
+    if parts["adapter"]:
+        text += f" {ADAPTER_LABELS.get(parts['adapter'], parts['adapter'])} r{parts['rank']}"
+    if parts["budget"] is not None:
+        text += f" budget {parts['budget']:g}"
+    return text
 
 
 def color(name: str) -> str:
@@ -321,13 +341,17 @@ def check_blocks(blocks, depth: int | None = None) -> None:
     if blocks is None:
         return
     values = list(blocks) if hasattr(blocks, "__iter__") else None
-    ok = values and all(is_int(b) and b >= 0 for b in values) and len(set(values)) == len(values)
+    ok = values and all(_is_index(b) for b in values) and len(set(values)) == len(values)
     if not ok:
         raise ValueError(f"component.blocks={blocks!r} must be null (every block) or a list of distinct block "
                          f"indices. Fix: e.g. component.blocks=[8,9,10,11].")
     if depth is not None and max(values) >= depth:
         raise ValueError(f"component.blocks={list(values)} has block {max(values)}, but the model has {depth} blocks "
                          f"(0-{depth - 1}). Fix: indices below {depth}.")
+
+
+def _is_index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def block_count(model: "nn.Module") -> int | None:
@@ -339,7 +363,7 @@ def blocks_tag(blocks) -> str:
     """``[8, 9, 10, 11]`` -> ``b8-11``; ``[2, 5]`` -> ``b2.5``; None -> ``""``."""
     if not blocks:
         return ""
-    if isinstance(blocks, str) or not hasattr(blocks, "__iter__") or not all(is_int(b) for b in blocks):
+    if isinstance(blocks, str) or not hasattr(blocks, "__iter__") or not all(_is_index(b) for b in blocks):
         # Not block indices: the run path still resolves (a resolver's error is OmegaConf's traceback),
         # and check_blocks names component.blocks before anything runs.
         return f"b{blocks}"
@@ -412,15 +436,20 @@ def parse_tag(tag: str) -> dict | None:
     return out
 
 
-def strategy_of(name: str, blocks=None, adapter=None) -> str:
-    """The kind of configuration: ``group``, ``combination``, ``lora``, ``auto``, ``full`` or ``head``."""
-    if has_adapter(adapter):
-        return str(adapter["name"])
-    if name == AUTO:
-        return AUTO
-    if name in ("all", "head"):
-        return {"all": "full", "head": "head"}[name]
-    return "combination" if "+" in str(name) or blocks else "group"
+def strategy_of(tag: str) -> str:
+    """The kind of configuration a tag names: ``group``, ``combination`` (several groups or a block
+    subset), its adapter (``lora``), ``auto``, ``full``, ``head`` or ``probe``; ``group`` when it does not parse."""
+    if is_probe(tag):
+        return PROBE
+    parts = parse_tag(tag)
+    if parts is None:
+        return "group"
+    if parts["adapter"]:
+        return parts["adapter"]
+    kind = {"all": "full", "head": "head", AUTO: AUTO}.get(parts["groups"][0])
+    if kind and len(parts["groups"]) == 1:
+        return kind
+    return "combination" if len(parts["groups"]) > 1 or parts["blocks"] else "group"
 
 
 def select(model: "nn.Module", component: str, train_final_norm: bool = True, blocks=None) -> Selection:
@@ -543,11 +572,10 @@ def check_strategy(cfg: Any, p: Problems) -> tuple[str, ...] | None:
     parts = parse_component(component.name)
     blocks = component.blocks
     p.check(check_blocks, blocks, model_depth(cfg) if blocks is not None else None)  # depth: a meta-device build
-    for group, value in (component.lr_scale or {}).items():
+    for group in component.lr_scale or {}:  # its values' range: the schema's (plasticity.schema.Component)
         p.require(group in parts, f"component.lr_scale has {group!r}, which is not trained by "
                                   f"component.name={component.name!r} (groups: {', '.join(parts)}). "
                                   f"Fix: component.lr_scale={{{parts[0]}: 10}} or drop the key.")
-        positive_number(p, f"component.lr_scale.{group}", value, "10")
     if component.name == AUTO:
         check_auto(cfg, p)
     return parts
@@ -567,18 +595,12 @@ def model_depth(cfg: Any) -> int | None:
 
 
 def check_auto(cfg: Any, p: Problems) -> None:
-    """``component.auto``: the reference dataset exists, positive pair counts, a budget in (0, 1]."""
+    """``component.auto``: the reference dataset exists, no block subset (the numbers' ranges: the schema's)."""
     auto = cfg.component.get("auto")  # component=auto's own section: a component.name=auto override lacks it
     if not p.require(auto is not None, "component=auto needs component.auto (reference, n_pairs, batch_size, "
                                        "budget). Fix: component=auto (conf/component/auto.yaml)."):
         return
     check_dataset(cfg, p, auto.reference, key="component.auto.reference")
-    positive_int(p, "component.auto.n_pairs", auto.get("n_pairs"))
-    positive_int(p, "component.auto.batch_size", auto.get("batch_size"))
-    budget = auto.get("budget")
-    p.require(budget is None or (is_number(budget) and 0 < budget <= 1),
-              f"component.auto.budget={budget!r} must be null (the most plastic whole group) or a fraction of the "
-              f"model's parameters in (0, 1]. Fix: e.g. component.auto.budget=0.05.")
     p.require(cfg.component.blocks is None,
               f"component.blocks={cfg.component.blocks!r} with component=auto: the measurement chooses the blocks. "
               f"Fix: component.blocks=null, or a budget (component.auto.budget=0.05).")

@@ -12,6 +12,7 @@ from plasticity.components import (
     GROUPS,
     component_tag,
     freeze,
+    label,
     parse_component,
     parse_tag,
     select,
@@ -42,26 +43,23 @@ def module_for(net, selection, lr=0.1, lr_scale=None):
 def test_tags_and_kinds():
     assert component_tag("mha") == "mha" and strategy_of("mha") == "group"
     assert component_tag("mha+fc1", [8, 9, 10, 11]) == "mha+fc1_b8-11"
-    assert component_tag("fc2", [2, 5]) == "fc2_b2.5" and strategy_of("fc2", [2, 5]) == "combination"
+    assert component_tag("fc2", [2, 5]) == "fc2_b2.5" and strategy_of("fc2_b2.5") == "combination"
     assert component_tag("mha", None, {"name": "lora", "rank": 8}) == "mha_lora_r8"
-    assert strategy_of("mha", None, {"name": "lora", "rank": 8}) == "lora"
     assert component_tag("mha", None, {"name": "none"}) == "mha"
-    assert component_tag("auto", None, None, 0.05) == "auto_budget0.05" and strategy_of("auto") == "auto"
-    assert (strategy_of("all"), strategy_of("head"), strategy_of("ln1+ln2")) == ("full", "head", "combination")
+    assert component_tag("auto", None, None, 0.05) == "auto_budget0.05" and strategy_of("auto_budget0.05") == "auto"
+    assert (strategy_of("all"), strategy_of("all_b8"), strategy_of("ln1+ln2")) == ("full", "full", "combination")
 
 
 def test_the_report_reads_every_tag_back():
-    from plasticity.report.tables import strategy_label, tag_strategy
-
     assert parse_tag("mha+fc1_b8-11_lora_r8") == {"groups": ["mha", "fc1"], "blocks": "b8-11", "adapter": "lora",
                                                    "rank": 8, "budget": None}
     assert parse_tag("auto_budget0.05")["budget"] == 0.05 and parse_tag("mha_budget0.05") is None
-    kinds = {t: tag_strategy(t) for t in ("mha", "all", "head", "mha+fc1", "fc2_b2.5", "mha_lora_r8", "auto",
+    kinds = {t: strategy_of(t) for t in ("mha", "all", "head", "mha+fc1", "fc2_b2.5", "mha_lora_r8", "auto",
                                           "auto_budget0.05", "probe")}
     assert kinds == {"mha": "group", "all": "full", "head": "head", "mha+fc1": "combination",
                      "fc2_b2.5": "combination", "mha_lora_r8": "lora", "auto": "auto", "auto_budget0.05": "auto",
                      "probe": "probe"}
-    assert strategy_label("auto_budget0.05") == "auto budget 0.05"
+    assert label("auto_budget0.05") == "auto budget 0.05" and label("mha") == "MHA"
 
 
 @pytest.mark.parametrize("bad, says", [("mha+all", "'all' is not one"), ("mha+mha", "a group repeats"),

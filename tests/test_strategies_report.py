@@ -11,7 +11,8 @@ import pytest
 from plasticity.report import ReportError, summary_table, write_report
 from plasticity.report.collect import collect, probe_dir
 from plasticity.report.markdown import fmt_params
-from plasticity.report.tables import done_cells, pareto_front, strategy_label, record_strategy, table6, tag_strategy
+from plasticity.components import label, strategy_of
+from plasticity.report.tables import done_cells, pareto_front, table6
 from plasticity.report.writer import curves
 from tests.test_report import assert_figure
 
@@ -307,17 +308,20 @@ def test_summary_lists_the_other_configurations_after_the_groups(with_probe):
     assert cells["lr"][-1] == "-" and cells["acc rank"][:2] == ["2", "1"] and cells["acc rank"][2:] == ["-"] * 5
 
 
-@pytest.mark.parametrize("tag, label, strategy", [
+@pytest.mark.parametrize("tag, name, strategy", [
     ("mha", "MHA", "group"), ("emb", "embedding", "group"), ("all", "full", "full"), ("head", "linear probing", "head"),
     ("mha+fc1", "MHA+FC1", "combination"), ("mha+fc1_b8-11", "MHA+FC1 b8-11", "combination"),
     ("fc1_b8.10.11", "FC1 b8.10.11", "combination"), ("mha_lora_r8", "MHA LoRA r8", "lora"),
     ("mha+fc1_b8-11_lora_r16", "MHA+FC1 b8-11 LoRA r16", "lora"), ("auto", "auto", "auto"),
     ("probe", "linear probe (logistic regression)", "probe"), ("weird_tag_x", "weird_tag_x", "group"),
 ])
-def test_strategy_label_and_kind_of_a_tag(tag, label, strategy):
-    assert strategy_label(tag) == label and tag_strategy(tag) == strategy
-    assert record_strategy({"component": tag}) == strategy
-    assert record_strategy({"component": tag, "strategy": "lora"}) == "lora"  # a record's own strategy wins
+def test_label_and_strategy_of_a_tag(tag, name, strategy):
+    assert label(tag) == name and strategy_of(tag) == strategy
+    record = {"dataset": "d", "component": tag, "lr": 0.1, "seed": 0, "status": "done", "test_acc": 0.5,
+              "best_val_acc": 0.5}
+    assert table6(done_cells([(None, record)]))[0]["strategy"] == strategy  # a record before `strategy`: its tag's
+    own = table6(done_cells([(None, {**record, "strategy": "lora"})]))[0]["strategy"]
+    assert own == "lora"  # a record's own strategy wins
 
 
 def test_pareto_front_definition():

@@ -210,7 +210,7 @@ class Finetune(RecipeBase):
         """What the record says about the configuration: its kind, groups, blocks, adapter and,
         for ``auto``, the choice and the measurement behind it."""
         component = self.cfg.component
-        fields: dict[str, Any] = {"strategy": strategy_of(component.name, blocks_of(component), self.adapter),
+        fields: dict[str, Any] = {"strategy": strategy_of(tag_of(self.cfg)),
                                   "groups": list(selection.by_group), "blocks": blocks_of(component),
                                   "adapter": self.adapter}
         if component.lr_scale:

@@ -21,7 +21,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from plasticity.components import COLORS, GROUPS, color, label
+from plasticity.components import COLORS, GROUPS, color, label, strategy_of
 from plasticity.report.tables import (
     AVERAGE,
     Cells,
@@ -29,7 +29,6 @@ from plasticity.report.tables import (
     ordered_groups,
     partial_averages,
     pooled_se,
-    tag_strategy,
 )
 from plasticity.runs.io import atomic_path
 
@@ -61,7 +60,7 @@ KIND_COLORS = {"combination": "tab:olive", "lora": "tab:pink", "auto": "goldenro
 def strategy_color(tag: str) -> str:
     """The colour of a configuration: the paper's groups their own (:func:`plasticity.components.color`),
     the others their kind's (:data:`KIND_COLORS`), black when unknown."""
-    return COLORS[tag] if tag in COLORS else KIND_COLORS.get(tag_strategy(tag), "k")
+    return COLORS[tag] if tag in COLORS else KIND_COLORS.get(strategy_of(tag), "k")
 
 
 def save(fig: Figure, path: str | Path) -> None:

@@ -13,7 +13,7 @@ A configuration is a record's ``component`` tag: a paper group (``ln1`` ... ``fc
 ``all``, ``head``, a combination (``mha+fc1``, a block subset ``mha_b8-11`` or ``fc1_b2.5``),
 an adapter (``mha_lora_r8``), ``auto``, or ``probe`` (the logistic-regression linear probe of
 ``task=linear_probe``, which has no learning rate: its cell's ``lr`` is None). Its kind is the
-record's ``strategy`` (:func:`record_strategy`, derived from the tag for records written before it).
+record's ``strategy`` (:func:`plasticity.components.strategy_of` its tag for records written before it).
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from typing import Iterable
 import numpy as np
 from scipy import stats
 
-from plasticity.components import BASELINES, GROUPS, PROBE, TABLE_ORDER, is_probe, label, parse_tag
-from plasticity.components import strategy_of as component_strategy
+from plasticity.components import BASELINES, GROUPS, PROBE, TABLE_ORDER, is_probe, label, strategy_of
 
 AVERAGE = "average"
 """The ``dataset`` of a table's mean-over-datasets rows."""
@@ -42,63 +41,11 @@ SELECT_KEYS = {"val": "best_val_acc", "test": "test_acc"}
 KINDS = ("group", "full", "head", "combination", "lora", "auto", PROBE)
 """Strategies in table order: the paper's groups (and ``emb``), full finetuning, SGD on the head, then
 the configurations beyond the paper; an unknown strategy goes after ``auto``, the probe last."""
-PAPER_GROUPS = frozenset(TABLE_ORDER) | {"emb"}
-"""Tags of the paper's single configurations (labelled by :func:`plasticity.components.label`)."""
-ADAPTER_LABELS = {"lora": "LoRA"}
 STRATEGIES_COLUMNS = ("dataset", "component", "strategy", "label", "trainable_params", "lr", "mean", "std",
                       "n_seeds", "pareto")
 
 Cells = dict[tuple[str, str, float | None], list[dict]]
 """Done records per (dataset, configuration, lr), each with its ``run_dir``; lr is None for the probe."""
-
-
-
-def tag_strategy(tag: str) -> str:
-    """The strategy a configuration tag implies (for records written before ``strategy`` existed):
-    ``all`` -> ``full``, ``head`` -> ``head``, ``probe`` -> ``probe``, ``auto`` -> ``auto``, an
-    adapter suffix -> the adapter (``lora``), several groups or a block subset -> ``combination``,
-    one group -> ``group``."""
-    if is_probe(tag):
-        return PROBE
-    parts = parse_tag(tag)
-    if parts is None:
-        return "group"
-    adapter = {"name": parts["adapter"]} if parts["adapter"] else None
-    return component_strategy("+".join(parts["groups"]), parts["blocks"], adapter)
-
-
-def record_strategy(record: dict) -> str:
-    """A record's ``strategy``, or for an old record without one, the strategy its ``component``
-    implies (:func:`tag_strategy`; a ``linear_probe`` record is ``probe``)."""
-    strategy = record.get("strategy")
-    if isinstance(strategy, str) and strategy:
-        return strategy
-    if record.get("task") == "linear_probe":
-        return PROBE
-    return tag_strategy(str(record.get("component")))
-
-
-def strategy_label(tag: str) -> str:
-    """How tables and figures name a configuration: the paper's groups by
-    :func:`plasticity.components.label` (``MHA``, ``full``), the others from their tag
-    (``mha+fc1_b8-11`` -> ``MHA+FC1 b8-11``, ``mha_lora_r8`` -> ``MHA LoRA r8``, ``probe`` ->
-    ``linear probe (logistic regression)``); an unknown tag as it is."""
-    if tag in PAPER_GROUPS:
-        return label(tag)
-    if is_probe(tag):  # probe_block_output_cls -> "(logistic regression, block_output cls)"
-        variant = str(tag)[len(PROBE) + 1:].replace("block_output_", "block_output ")
-        return "linear probe (logistic regression" + (f", {variant})" if variant else ")")
-    parts = parse_tag(tag)
-    if parts is None:
-        return tag
-    text = "+".join(label(g) if g in PAPER_GROUPS else g for g in parts["groups"])
-    if parts["blocks"]:
-        text += f" {parts['blocks']}"
-    if parts["adapter"]:
-        text += f" {ADAPTER_LABELS.get(parts['adapter'], parts['adapter'])} r{parts['rank']}"
-    if parts["budget"] is not None:
-        text += f" budget {parts['budget']:g}"
-    return text
 
 
 def linear_probe_baseline(groups: Iterable[str]) -> str | None:
@@ -111,10 +58,10 @@ def linear_probe_baseline(groups: Iterable[str]) -> str | None:
 
 
 def column_labels(groups: Iterable[str]) -> dict[str, str]:
-    """:func:`strategy_label` of each configuration, except that "linear probing" names the baseline
+    """:func:`plasticity.components.label` of each configuration, except that "linear probing" names the baseline
     (:func:`linear_probe_baseline`) and, beside the probe, the head is "SGD head"."""
     groups = list(groups)
-    labels = {g: strategy_label(g) for g in groups}
+    labels = {g: label(g) for g in groups}
     baseline = linear_probe_baseline(groups)
     if baseline is not None and is_probe(baseline):
         labels[baseline] = "linear probing"
@@ -124,7 +71,7 @@ def column_labels(groups: Iterable[str]) -> dict[str, str]:
 
 
 def _kind_rank(tag: str) -> int:
-    kind = tag_strategy(tag)
+    kind = strategy_of(tag)
     if kind == PROBE:
         return len(KINDS) + 1
     return KINDS.index(kind) if kind in KINDS else len(KINDS)
@@ -234,7 +181,7 @@ def table6(cells: Cells, select: str = "val") -> list[dict]:
             accs = [100.0 * r["test_acc"] for r in best["records"]]
             mean, std = mean_std(accs)
             mine = [r for (d, g, _), rs in cells.items() if (d, g) == (dataset, group) for r in rs]
-            rows.append({"dataset": dataset, "group": group, "strategy": record_strategy(best["records"][0]),
+            rows.append({"dataset": dataset, "group": group, "strategy": best["records"][0].get("strategy") or strategy_of(group),
                          "label": labels[group], "params": median_params(mine), "lr": best["lr"], "mean": mean,
                          "std": std, "n_seeds": len(accs), "accs": accs})
     for group in ordered_groups(r["group"] for r in rows):

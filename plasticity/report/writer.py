@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from plasticity.components import is_probe
+from plasticity.components import is_probe, parse_tag
 from plasticity.report import figures
 from plasticity.report.claims import COLUMNS as CLAIM_COLUMNS
 from plasticity.report.claims import chosen_runs, claim_inputs, evaluate_claims
@@ -70,7 +70,6 @@ from plasticity.report.tables import (
     Cells,
     done_cells,
     missing_runs,
-    parse_tag,
     plasticity_vs_accuracy,
     relative_gain,
     shared_seeds,
