@@ -56,6 +56,7 @@ from scipy import stats
 
 from plasticity.components import GROUPS, label
 from plasticity.report.tables import AVERAGE, Cells, means_by, table1, wilcoxon_p
+from plasticity.runs.io import blank
 
 __all__ = ["ALPHA", "CLAIMS", "COLUMNS", "ClaimInputs", "PAPER_RANKING", "chosen_runs", "claim_inputs",
            "evaluate_claims", "kendall_distance", "kendall_vs_paper", "verdict_text", "wilcoxon_exact"]
@@ -184,9 +185,8 @@ def directional(value: float, p: float, n: int) -> tuple[str, str]:
 def row(cid: str, statistic: str, value: float | None = None, p: float | None = None, n: int | None = None,
         verdict: str = NOT_TESTABLE, level: str = "detail", target: str = "", reason: str = "") -> dict:
     """One row of ``claims.csv`` (NaN value or p become empty)."""
-    def clean(x):
-        return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
-    return {"claim": CLAIMS[cid], "statistic": statistic, "value": clean(value), "p_value": clean(p), "n": n,
+    value, p = (None if blank(x) == "" else x for x in (value, p))
+    return {"claim": CLAIMS[cid], "statistic": statistic, "value": value, "p_value": p, "n": n,
             "verdict": verdict, "level": level, "target": target, "reason": reason}
 
 

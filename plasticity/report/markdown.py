@@ -4,7 +4,6 @@ what went wrong (runs not done, missing runs, files that could not be used). Pur
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from plasticity.report.tables import (
     ordered_groups,
     partial_averages,
 )
+from plasticity.runs.io import blank
 from plasticity.runs.stop import INTERRUPTED
 
 PROBLEMS_HEADING = "## Problems (files that could not be used)"
@@ -37,11 +37,8 @@ def cell(text: Any) -> str:
 
 def fmt(value: Any) -> str:
     """A value for a table: floats with 4 significant digits (NaN and None empty), the rest as text."""
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return "" if math.isnan(value) else f"{value:.4g}"
-    return str(value)
+    value = blank(value)
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def fmt_params(n: float | None) -> str:
@@ -89,12 +86,7 @@ def table6_md(rows: list[dict]) -> str:
     params = {r["group"]: r.get("params") for r in rows if r["dataset"] == AVERAGE}
     datasets = sorted({r["dataset"] for r in rows} - {AVERAGE}) + [AVERAGE]
     most, partial = partial_averages(rows)
-    body = []
-    for d in datasets:
-        line = [d]
-        for g in groups:
-            line.append(_table6_cell(by.get((d, g)), partial, most))
-        body.append(line)
+    body = [[d] + [_table6_cell(by.get((d, g)), partial, most) for g in groups] for d in datasets]
     header = [labels[g] + (f" ({fmt_params(params[g])})" if params.get(g) is not None else "") for g in groups]
     return md_table(["dataset"] + header, body)
 

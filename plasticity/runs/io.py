@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-__all__ = ["atomic_path", "read_csv", "read_json", "write_csv_atomic", "write_json_atomic", "write_safetensors_atomic",
+__all__ = ["atomic_path", "blank", "read_csv", "read_json", "write_csv_atomic", "write_json_atomic", "write_safetensors_atomic",
            "write_text_atomic"]
 
 
@@ -74,7 +74,7 @@ def write_csv_atomic(path: str | Path, rows: list[dict], columns: Iterable[str])
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         for row in rows:
-            writer.writerow({k: _cell(row.get(k)) for k in columns})
+            writer.writerow({k: blank(row.get(k)) for k in columns})
 
 
 def read_csv(path: str | Path) -> list[dict[str, str]]:
@@ -86,7 +86,8 @@ def read_csv(path: str | Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def _cell(value: Any) -> Any:
+def blank(value: Any) -> Any:
+    """A table cell's value: None and NaN as ``""``, the rest as it is."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return value

@@ -158,11 +158,11 @@ def table(rows: list[dict]):
     import wandb
 
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    return wandb.Table(columns=columns, data=[[_cell(row.get(c)) for c in columns] for row in rows],
+    return wandb.Table(columns=columns, data=[[_wandb_value(row.get(c)) for c in columns] for row in rows],
                        allow_mixed_types=True)
 
 
-def _cell(value: Any) -> Any:
+def _wandb_value(value: Any) -> Any:
     return value if value is None or isinstance(value, (int, float, str, bool)) else str(value)
 
 
