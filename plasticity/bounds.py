@@ -237,39 +237,36 @@ class TokenStats:
             self._max_energy = torch.maximum(self._max_energy, batch[3])
         self._count += sq_norms.numel()
 
-    def _check(self) -> None:
+    def _seen(self) -> TokenStats:
+        """``self``, once it has seen data."""
         if self._n is None:
             raise RuntimeError("TokenStats has seen no data; call update(tokens, images) first")
+        return self
 
     @property
     def n(self) -> int:
         """Sequence length (tokens per image, class token included)."""
-        self._check()
-        return self._n
+        return self._seen()._n
 
     @property
     def sigma(self) -> float:
         """Smallest token std: min over images and positions of the biased std of a token's ``d`` entries."""
-        self._check()
-        return self._min_std.item()
+        return self._seen()._min_std.item()
 
     @property
     def r_rms(self) -> float:
         """The paper's average radius (App. D.1): ``sqrt`` of the mean of ``||x_j||^2`` over all tokens."""
-        self._check()
-        return math.sqrt(self._sum_sq.item() / self._count)
+        return math.sqrt(self._seen()._sum_sq.item() / self._count)
 
     @property
     def r_max(self) -> float:
         """Largest token norm: the radius of the smallest ball ``B_r`` holding every token seen."""
-        self._check()
-        return math.sqrt(self._max_sq.item())
+        return math.sqrt(self._seen()._max_sq.item())
 
     @property
     def energy(self) -> float:
         """Largest image energy (sum of squared normalised pixel values over ``C, H, W``), Prop. 4's ``E``."""
-        self._check()
-        return self._max_energy.item()
+        return self._seen()._max_energy.item()
 
     def summary(self) -> dict[str, float]:
         """All statistics as a dict (for logging)."""

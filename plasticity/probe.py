@@ -88,8 +88,8 @@ def pool_problem(pool: str, model: str, text: bool, cls_token: bool = True) -> s
     """
     if pool != "cls" or (cls_token and not text):
         return None
-    why = (" is a text model: it has no class token to read (its features are pooled as its head pools them: the "
-           "mean of the real tokens for an encoder, the last real token for a decoder)") if text else " has no class token"
+    why = (" is a text model: it has no class token to read (its features are pooled as its head pools them: the mean "
+           "of the real tokens for an encoder, the last real token for a decoder)") if text else " has no class token"
     return f"task.pool=cls but {model}{why}. Fix: task.pool=mean."
 
 

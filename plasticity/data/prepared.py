@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from plasticity.data.sources import ArraySet, DataError, FileSet
+from plasticity.data.sources import ArraySet, DataError, FileSet, save_array
 from plasticity.data.splits import official_splits
 from plasticity.runs.io import atomic_path, read_json, write_json_atomic
 
@@ -127,16 +127,13 @@ def _write_split(files: FileSet, directory: Path, split: str, side: int, train: 
     items = [(str(files.path(i)), side) for i in range(n)]
     sizes = np.zeros((n, 2), dtype=np.int64)
     if n == 0:  # the reference has no train/val split; a zero-row memory map cannot be created
-        with atomic_path(directory / f"{split}.npy") as tmp:
-            np.save(tmp, np.zeros((0, side, side, 3), dtype=np.uint8))
+        save_array(directory / f"{split}.npy", np.zeros((0, side, side, 3), dtype=np.uint8))
     else:
         with atomic_path(directory / f"{split}.npy") as tmp:
             _decode_into(tmp, items, side, train, sizes, workers)
-    with atomic_path(directory / f"{split}_labels.npy") as tmp:
-        np.save(tmp, np.asarray(files.labels, dtype=np.int64))
+    save_array(directory / f"{split}_labels.npy", np.asarray(files.labels, dtype=np.int64))
     if train:
-        with atomic_path(directory / "train_sizes.npy") as tmp:
-            np.save(tmp, sizes)
+        save_array(directory / "train_sizes.npy", sizes)
 
 
 def prepare(

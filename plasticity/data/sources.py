@@ -154,9 +154,7 @@ class Source:
 
     def error(self, data_dir: str | Path, problem: str) -> DataError:
         """A DataError naming the dataset, the problem, the expected path and how to get the data."""
-        return DataError(
-            f"{self.name}: {problem}. Expected {self.layout} in {self.path(data_dir)}. {self.fetch}"
-        )
+        return DataError(f"{self.name}: {problem}. Expected {self.layout} in {self.path(data_dir)}. {self.fetch}")
 
     @property
     def downloadable(self) -> bool:
@@ -170,11 +168,9 @@ class Source:
         try:
             self._check(Path(data_dir))
         except _Missing as missing:
-            if download and self.downloadable:
-                return
-            if download:
-                raise self.error(data_dir, f"{missing}; it cannot be downloaded automatically") from None
-            raise self.error(data_dir, str(missing)) from None
+            if not (download and self.downloadable):
+                cannot = "; it cannot be downloaded automatically" if download else ""
+                raise self.error(data_dir, f"{missing}{cannot}") from None
 
     def ensure(self, data_dir: str | Path, *, download: bool = False) -> None:
         """Download (if allowed and needed) or generate the files; then check them."""
@@ -386,7 +382,8 @@ class FashionMNISTC(CifarC):
         generate_fashion_mnist_c(data_dir, self.corruption, download=download)
 
 
-def _atomic_save(path: Path, array: np.ndarray) -> None:
+def save_array(path: Path, array: np.ndarray) -> None:
+    """Write ``array`` to the ``.npy`` file ``path`` atomically (concurrent writers of equal arrays are safe)."""
     with atomic_path(path) as tmp:
         np.save(tmp, array, allow_pickle=False)
 
@@ -414,12 +411,12 @@ def generate_fashion_mnist_c(data_dir: str | Path, corruption: str, *, download:
     out_dir.mkdir(parents=True, exist_ok=True)
     lbl_path = out_dir / "labels.npy"
     if not lbl_path.is_file():
-        _atomic_save(lbl_path, all_labels)
+        save_array(lbl_path, all_labels)
     elif not np.array_equal(_open_npy(lbl_path, src.name), all_labels):
         raise DataError(f"{src.name}: {lbl_path} does not match the clean test labels; delete {out_dir} and retry")
     stack = [corrupt(test.images, corruption, s, zlib.crc32(f"{src.name}/{s}".encode()))  # the seed: name and severity
              for s in range(1, NUM_SEVERITIES + 1)]
-    _atomic_save(out_dir / f"{corruption}.npy", np.concatenate(stack))
+    save_array(out_dir / f"{corruption}.npy", np.concatenate(stack))
     return out_dir
 
 
@@ -449,10 +446,9 @@ class Cifar(Source):
         self.requires = self.train_files + self.test_files
         self.layout = f"the python pickles {', '.join(self.requires)}"
         self.torchvision = ("CIFAR10" if ten else "CIFAR100", ({},))
-        archive = self.folder.replace('-batches-py', '').replace('-python', '')
         self.fetch = ("Pass dataset.download=true to let torchvision download it, or fetch "
-                      f"https://www.cs.toronto.edu/~kriz/{archive}-python.tar.gz and extract it into the data "
-                      "directory (paths.data_dir).")
+                      f"https://www.cs.toronto.edu/~kriz/cifar-{num_classes}-python.tar.gz and extract it into the "
+                      "data directory (paths.data_dir).")
 
     def _batches(self, data_dir: Path, files: tuple[str, ...]) -> ArraySet:
         images, labels = [], []

@@ -111,14 +111,14 @@ def locate(name: str) -> Located:
                            f"e.g. hf:bert-base-uncased or hf:/path/to/folder.")
     folder = Path(target).expanduser()
     if folder.is_dir():
-        return Located(name, str(folder), *_local_weights(name, folder))
+        return Located(name, str(folder), _local_weights(name, folder))
     if target.startswith(("/", ".", "~")) or folder.exists():
         raise WeightsError(f"model.name={name!r}: {target} is not a folder. Fix: model.name=hf:<a folder holding "
                            f"config.json, the weights and the tokenizer>, or hf:<hub id>.")
     return Located(name, target, None, hub=True)
 
 
-def _local_weights(name: str, folder: Path) -> tuple[str | None]:
+def _local_weights(name: str, folder: Path) -> str | None:
     """The GGUF file of a local folder (None for safetensors/bin); raises when it holds no weights
     or no tokenizer."""
     ggufs = sorted(p.name for p in folder.glob("*.gguf"))
@@ -133,7 +133,7 @@ def _local_weights(name: str, folder: Path) -> tuple[str | None]:
         raise WeightsError(
             f"model.name={name!r}: {folder} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}). Fix: save the "
             f"model's tokenizer beside it (tokenizer.save_pretrained({str(folder)!r})).")
-    return (ggufs[0] if ggufs else None,)
+    return ggufs[0] if ggufs else None
 
 
 def tokenizer_fingerprint(name: str) -> str:
