@@ -285,7 +285,7 @@ def read_metrics(run_dir: str | Path, columns: Iterable[str]) -> tuple[dict[str,
         try:
             found = _metric_points(path, columns)
         except CSV_ERRORS as err:
-            problems.append((str(path), f"corrupt CSV ({err})"))
+            _corrupt(path, err, problems)
             continue
         for column, (steps, values) in found.items():
             points[column].update(zip(steps, values))
@@ -349,16 +349,15 @@ def group_values(path: str | Path | None, column: str, keep: Callable[[dict], bo
         for line, row in _rows(Path(path)):
             if row.get(column) not in (None, "") and keep(row):
                 by.setdefault(row["group"], []).append(_number(row[column], column, line))
-    except KeyError as err:
-        return _skip(path, f"corrupt CSV (no column {err})", problems)
-    except CSV_ERRORS as err:
-        return _skip(path, f"corrupt CSV ({err})", problems)
+    except (KeyError, *CSV_ERRORS) as err:
+        return _corrupt(path, err, problems)
     return by
 
 
-def _skip(path: str | Path, reason: str, problems: list[Problem] | None) -> dict:
+def _corrupt(path: str | Path, err: Exception, problems: list[Problem] | None) -> dict:
+    """Nothing from a corrupt CSV, which goes to ``problems`` when given (a KeyError: a missing column)."""
     if problems is not None:
-        problems.append((str(path), reason))
+        problems.append((str(path), f"corrupt CSV ({'no column ' if isinstance(err, KeyError) else ''}{err})"))
     return {}
 
 
@@ -381,10 +380,8 @@ def read_during_training(path: str | Path, problems: list[Problem] | None = None
                 overall.setdefault(step, {})[row["group"]] = value
             else:
                 blocks.setdefault(step, {}).setdefault(row["group"], []).append(value)
-    except KeyError as err:
-        return _skip(path, f"corrupt CSV (no column {err})", problems)
-    except CSV_ERRORS as err:
-        return _skip(path, f"corrupt CSV ({err})", problems)
+    except (KeyError, *CSV_ERRORS) as err:
+        return _corrupt(path, err, problems)
     out = {s: {g: float(np.mean(v)) for g, v in groups.items()} for s, groups in blocks.items()}
     for step, groups in overall.items():
         out.setdefault(step, {}).update(groups)

@@ -63,10 +63,11 @@ def strategy_color(tag: str) -> str:
     return COLORS[tag] if tag in COLORS else KIND_COLORS.get(strategy_of(tag), "k")
 
 
-def save(fig: Figure, path: str | Path) -> None:
-    """Writes the figure as PNG atomically; ``bbox_inches="tight"`` keeps outside legends."""
+def save(fig: Figure, path: str | Path) -> bool:
+    """Writes the figure as PNG atomically (``bbox_inches="tight"`` keeps outside legends); True."""
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
+    return True
 
 
 # ----------------------------------------------------------------------- plasticity analysis
@@ -140,8 +141,8 @@ def plot_bounds(rows: list[dict], path: str | Path) -> None:
 # ------------------------------------------------------------------------------------ report
 
 
-def _bars(ylabel: str) -> tuple[Figure, object]:
-    fig = Figure(figsize=(4.5, 3))
+def _bars(ylabel: str, n: int) -> tuple[Figure, object]:
+    fig = Figure(figsize=(4.5, 3) if n <= 7 else (0.6 * n + 1.5, 3))  # wider for many bars
     ax = fig.add_subplot()
     ax.set_ylabel(ylabel)
     ax.grid(True, axis="y", alpha=0.3)
@@ -157,9 +158,7 @@ def plot_relative_gain(gains: list[dict], path: str | Path) -> None:
     """
     avg = [g for g in gains if g["dataset"] == AVERAGE]
     labels = column_labels([g["group"] for g in avg] + [g["baseline"] for g in avg if g.get("baseline")])
-    fig, ax = _bars("relative gain over linear probing (%)")
-    if len(avg) > 7:
-        fig.set_size_inches(0.6 * len(avg) + 1.5, 3)
+    fig, ax = _bars("relative gain over linear probing (%)", len(avg))
     ax.bar([labels[g["group"]] for g in avg], [g["gain_pct"] for g in avg],
            color=[strategy_color(g["group"]) for g in avg])
     ax.tick_params(axis="x", rotation=30)
@@ -187,9 +186,7 @@ def accuracy_figure(rows: list[dict]) -> Figure:
     most, partial = partial_averages(rows)
     names = [labels[r["group"]] + (f"\n({partial[r['group']]} of {most} datasets)" if r["group"] in partial else "")
              for r in avg]
-    fig, ax = _bars("average top-1 test accuracy (%)")
-    if len(avg) > 7:
-        fig.set_size_inches(0.6 * len(avg) + 1.5, 3)
+    fig, ax = _bars("average top-1 test accuracy (%)", len(avg))
     bars = ax.bar(names, [r["mean"] for r in avg], yerr=[pooled_se(rows, r["group"]) for r in avg], capsize=4,
                   color=[strategy_color(r["group"]) for r in avg])
     for bar, r in zip(bars, avg):
@@ -252,10 +249,7 @@ def plot_curves(curves: list[dict], dataset: str, path: str | Path) -> bool:
         ax.grid(True, alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
-    if not any(ax.lines for ax in axes):
-        return False
-    save(fig, path)
-    return True
+    return any(ax.lines for ax in axes) and save(fig, path)
 
 
 def plot_pareto(points: list[dict], dataset: str, path: str | Path) -> bool:
@@ -272,10 +266,7 @@ def plot_pareto(points: list[dict], dataset: str, path: str | Path) -> bool:
         False, and nothing written, when no point has a positive parameter count.
     """
     fig = pareto_figure(points, dataset)
-    if fig is None:
-        return False
-    save(fig, path)
-    return True
+    return fig is not None and save(fig, path)
 
 
 def pareto_figure(points: list[dict], dataset: str) -> Figure | None:
@@ -370,5 +361,4 @@ def plot_during_training(panels: list[tuple[str, dict[int, dict[str, float]]]], 
         ax.set_title(title, fontsize=8)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    save(fig, path)
-    return True
+    return save(fig, path)

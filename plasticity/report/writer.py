@@ -293,10 +293,7 @@ def _pretraining(sweep: Sweep, out: Path, problems: list[Problem]) -> list[str]:
 
 def _short(run_dir: Path, root: Path) -> str:
     """``run_dir`` relative to ``root`` when under it, else as it is."""
-    try:
-        return str(run_dir.relative_to(root))
-    except ValueError:
-        return str(run_dir)
+    return str(run_dir.relative_to(root) if run_dir.is_relative_to(root) else run_dir)
 
 
 def _table6(rows: list[dict], out: Path) -> list[str]:
