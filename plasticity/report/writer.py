@@ -228,9 +228,24 @@ def _write_results(cells: Cells, rows: list[dict], plasticity: dict[str, dict[st
                    problems: list[Problem]) -> list[str]:
     """Writes the tables and figures of the done runs (``rows``: their Table 6); returns their report
     sections. Files found corrupt on the way are appended to ``problems``."""
-    sections = _table6(rows, out) + _relative_gain(rows, out) + _table1(rows, out) + _strategies(rows, out)
-    sections += _figures(cells, rows, out, problems)
-    return sections + _plasticity_vs_accuracy(rows, plasticity, out)
+    sections = _table6(rows, out) + _relative_gain(rows, out)
+    sections += _csv_section(out, "table1.csv", table1(rows), ("group", "mean_decrease", "p_value", "significant"),
+                             "## Table 1: decrease from MHA (points), Wilcoxon signed-rank over datasets\n\n",
+                             ["group", "mean_decrease", "p_value", "significant", "n_datasets"])
+    sections += _strategies(rows, out) + _figures(cells, rows, out, problems)
+    return sections + _csv_section(out, "plasticity_vs_accuracy.csv", plasticity_vs_accuracy(rows, plasticity),
+                                   ("dataset", "spearman_rho", "p_value"),
+                                   "## Plasticity vs accuracy (Spearman over ln1..fc2)\n\n",
+                                   ["dataset", "spearman_rho", "p_value", "n_groups"])
+
+
+def _csv_section(out: Path, name: str, rows: list[dict], columns: tuple[str, ...], heading: str,
+                 shown: list[str]) -> list[str]:
+    """Writes ``rows`` as ``out/name`` (``columns``); returns their section (none without rows)."""
+    if not rows:
+        return []
+    write_csv_atomic(out / name, rows, columns)
+    return [heading + rows_md(rows, shown)]
 
 
 def _claims(rows: list[dict], cells: Cells, plasticity: dict[str, dict[str, float]], out: Path,
@@ -342,15 +357,6 @@ def _strategies(rows: list[dict], out: Path) -> list[str]:
     return [text]
 
 
-def _table1(rows: list[dict], out: Path) -> list[str]:
-    t1 = table1(rows)
-    if not t1:
-        return []
-    write_csv_atomic(out / "table1.csv", t1, ("group", "mean_decrease", "p_value", "significant"))
-    return ["## Table 1: decrease from MHA (points), Wilcoxon signed-rank over datasets\n\n"
-            + rows_md(t1, ["group", "mean_decrease", "p_value", "significant", "n_datasets"])]
-
-
 def _figures(cells: Cells, rows: list[dict], out: Path, problems: list[Problem]) -> list[str]:
     figures.plot_accuracy(rows, out / "accuracy.png")
     figures.plot_spread(cells, out / "spread.png")
@@ -399,12 +405,3 @@ def combined_grad_norm(series: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.
     if not len(steps) or any(len(s[0]) != len(steps) or not np.array_equal(s[0], steps) for s in rest):
         return np.asarray([]), np.asarray([])
     return steps, np.sqrt(sum(np.asarray(v, dtype=float) ** 2 for _, v in rest))
-
-
-def _plasticity_vs_accuracy(rows: list[dict], plasticity: dict[str, dict[str, float]], out: Path) -> list[str]:
-    corr = plasticity_vs_accuracy(rows, plasticity)
-    if not corr:
-        return []
-    write_csv_atomic(out / "plasticity_vs_accuracy.csv", corr, ("dataset", "spearman_rho", "p_value"))
-    return ["## Plasticity vs accuracy (Spearman over ln1..fc2)\n\n"
-            + rows_md(corr, ["dataset", "spearman_rho", "p_value", "n_groups"])]
