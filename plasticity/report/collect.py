@@ -9,7 +9,6 @@ problem that the caller lists, and the rest of the sweep is still used.
 from __future__ import annotations
 
 import csv
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 from plasticity.components import GROUPS, probe_tag
 from plasticity.report.tables import block_means
 from plasticity.runs.checkpoints import DURING_TRAINING, metrics_files
+from plasticity.runs.io import read_record  # re-exported: the report's reader of a record
 from plasticity.runs.record import RESULT_FILE, visible_files
 
 __all__ = ["Problem", "Sweep", "analysis_plasticity", "check_sweep_dir", "claim_metrics", "collect", "group_values",
@@ -92,23 +92,6 @@ def check_sweep_dir(path: str | Path | None, runs: Callable[[Path], Iterator[Pat
     if next(runs(path) if runs else visible_files(path, RESULT_FILE), None) is None:
         return f"{shown} has {no_runs}. {SWEEP_DIR_FIX}"
     return None
-
-
-def read_record(path: Path) -> tuple[dict | None, str | None]:
-    """The JSON object in ``path`` and None, or None and why it cannot be read."""
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        return None, f"unreadable ({type(err).__name__}: {err})"
-    if not text.strip():
-        return None, "empty file (interrupted write?)"
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        return None, f"truncated or invalid JSON ({err})"
-    if not isinstance(value, dict):
-        return None, f"not a JSON object but a {type(value).__name__}"
-    return value, None
 
 
 def _is_number(value: object) -> bool:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-__all__ = ["atomic_path", "blank", "read_csv", "read_json", "write_csv_atomic", "write_json_atomic", "write_safetensors_atomic",
+__all__ = ["atomic_path", "blank", "read_csv", "read_json", "read_record", "write_csv_atomic", "write_json_atomic", "write_safetensors_atomic",
            "write_text_atomic"]
 
 
@@ -93,10 +93,23 @@ def blank(value: Any) -> Any:
     return value
 
 
-def read_json(path: str | Path) -> dict | None:
-    """The JSON object in ``path``, or ``None`` when the file is missing or unreadable."""
+def read_record(path: str | Path) -> tuple[dict | None, str | None]:
+    """The JSON object in ``path`` and None, or None and why it cannot be read."""
     try:
-        value = json.loads(Path(path).read_text())
-    except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        return None, f"unreadable ({type(err).__name__}: {err})"
+    if not text.strip():
+        return None, "empty file (interrupted write?)"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        return None, f"truncated or invalid JSON ({err})"
+    if not isinstance(value, dict):
+        return None, f"not a JSON object but a {type(value).__name__}"
+    return value, None
+
+
+def read_json(path: str | Path) -> dict | None:
+    """The JSON object in ``path``, or ``None`` when the file is missing or unreadable (:func:`read_record`)."""
+    return read_record(path)[0]
