@@ -11,25 +11,55 @@ order: the same pairs for every seed, so the same choice). Then:
   fits (the most plastic unit alone when even it does not fit, with a warning).
 
 Example:
-    >>> table = measure_units(net, batches)                  # doctest: +SKIP
-    >>> units = choose(table, budget=0.05, total=n_params)   # doctest: +SKIP
+    >>> selection, fields = auto_select(cfg, net, datamodule)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterator
+import time
+from typing import TYPE_CHECKING, Any, Iterator
 
-from plasticity.components import GROUPS, classify
+from omegaconf import DictConfig
+
+from plasticity.components import GROUPS, Selection, classify, select_units
 
 if TYPE_CHECKING:
     import torch
     import torch.nn as nn
 
-__all__ = ["choose", "measure_units", "unit_name", "unit_params"]
+    from plasticity.data.datamodule import DataModule
+
+__all__ = ["auto_select", "choose", "measure_units", "unit_name", "unit_params"]
 
 log = logging.getLogger(__name__)
 Unit = tuple[str, "int | None"]
+
+
+def auto_select(cfg: DictConfig, net: "nn.Module", datamodule: "DataModule") -> tuple[Selection, dict[str, Any]]:
+    """Measures every (group, block) of the pretrained ``net`` on (``component.auto.reference``
+    test, target train) pairs and selects what :func:`choose` picks.
+
+    Returns:
+        The selection and the record's fields on it: ``selected``, ``auto_table``, ``auto_s``.
+    """
+    from plasticity.data import load_splits
+    from plasticity.data.augment import input_transform
+    from plasticity.measure import pair_batches, pair_indices, pair_inputs
+
+    auto, window = cfg.component.auto, cfg.dataset.get("window")  # window: text tokens per pair
+    started = time.perf_counter()
+    ref = load_splits(datamodule.spec.replace(name=auto.reference, limit=None, num_classes=None)).test
+    ref, target = pair_inputs(ref, window), pair_inputs(datamodule.splits.train, window)
+    indices = pair_indices(len(ref), len(target), auto.n_pairs, "sequential")
+    transform = input_transform(net, cfg.dataset)  # token ids pass as they are
+    table = measure_units(net, pair_batches(ref, target, indices, auto.batch_size, transform))
+    units = choose(table, auto.budget, sum(p.numel() for p in net.parameters()))
+    fields = {"selected": [unit_name(u) for u in units], "auto_table": table,
+              "auto_s": round(time.perf_counter() - started, 2)}
+    log.info("component=auto: measured %d (group, block) units on %d pairs in %.1f s; training %s",
+             len(table), auto.n_pairs, fields["auto_s"], ", ".join(fields["selected"]))
+    return select_units(net, units, cfg.component.train_final_norm), fields
 
 
 def unit_params(model: "nn.Module") -> dict[tuple[str, int], int]:

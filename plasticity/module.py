@@ -62,6 +62,8 @@ class FinetuneModule(L.LightningModule):
         eval_transform: Batch transform applied on the device to validation and test batches.
         lr_scale: Group -> learning-rate multiplier for the groups of a combination
             (``{"ln1": 10}``: LayerNorms at 10x the base rate; the schedule scales every group alike).
+        config_hash: The run's config hash, saved in each checkpoint (a checkpoint of another
+            config never resumes the run).
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class FinetuneModule(L.LightningModule):
         train_transform: nn.Module,
         eval_transform: nn.Module,
         lr_scale: dict[str, float] | None = None,
+        config_hash: str | None = None,
     ) -> None:
         super().__init__()
         self.lr_scale = dict(lr_scale or {})
@@ -92,8 +95,7 @@ class FinetuneModule(L.LightningModule):
         self.strict_loading = False  # checkpoints omit frozen weights
         self._loss_sum = torch.zeros(())  # the micro-batches' losses since the last optimizer step
         self._loss_count = 0
-        self.config_hash: str | None = None
-        """The run's config hash, saved in each checkpoint (set by the recipe)."""
+        self.config_hash = config_hash
         self._rng_to_restore: dict | None = None  # a resumed run's generator states, set at on_train_start
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:

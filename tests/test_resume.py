@@ -25,7 +25,7 @@ import torch
 from plasticity.data.datamodule import EpochBatchSampler, ResumableLoader
 from plasticity.module import rng_states, set_rng_states
 from plasticity.report.collect import read_metrics
-from plasticity.runs.checkpoints import CONFIG_HASH_KEY, keep_metrics, metrics_files, resumable
+from plasticity.runs.checkpoints import CONFIG_HASH_KEY, keep_metrics, metrics_files, prepare_resume
 from plasticity.runs.state import inspect_run
 from plasticity.runs.stop import storage_fault
 from tests import forklaunch
@@ -193,7 +193,7 @@ def test_an_unusable_checkpoint_is_moved_aside_and_the_next_one_resumes(tmp_path
     data = (folder / "last.ckpt").read_bytes()
     (folder / "last.ckpt").write_bytes(data[: len(data) // 2])  # truncated
     caplog.set_level("INFO")
-    assert resumable(tmp_path, 17, "abc") == str(folder / "best.ckpt")
+    assert prepare_resume(tmp_path, 17, "abc") == str(folder / "best.ckpt")
     assert sorted(p.name for p in folder.iterdir() if not p.name.startswith("last.ckpt.unreadable-")) == ["best.ckpt"]
     (aside,) = folder.glob("last.ckpt.unreadable-*")
     assert aside.read_bytes() == data[: len(data) // 2]  # moved, never deleted
@@ -217,7 +217,7 @@ def test_with_no_usable_checkpoint_the_run_restarts_from_step_zero(tmp_path, cap
         last.parent.mkdir(parents=True)
         last.write_bytes(content)
     write_csv(tmp_path / "metrics.csv", [(0, 1.0)])
-    assert resumable(tmp_path, 17, "abc") is None
+    assert prepare_resume(tmp_path, 17, "abc") is None
     assert reason in caplog.text and "restarts from step 0" in caplog.text
     assert len(list(last.parent.glob("last.ckpt.unreadable-*"))) == 1 and not last.exists()
     assert (tmp_path / "metrics.part0.csv").is_file()  # the earlier metrics are kept, not mixed in

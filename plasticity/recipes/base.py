@@ -32,15 +32,17 @@ class RecipeBase:
     Args:
         cfg: The composed job config.
         run_dir: The run's own directory.
+        resume: On a non-zero rank of a DDP run: the checkpoint rank 0 resumes from (its decision).
     """
 
     name: ClassVar[str]
     sections: ClassVar[tuple[str, ...]] = ("task", "model", "dataset", "seed")
     always_run: ClassVar[bool] = False
 
-    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
+    def __init__(self, cfg: DictConfig, run_dir: Path, resume: str | None = None) -> None:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
+        self.resume = resume
 
     @classmethod
     def validate(cls, cfg: DictConfig, problems: Problems, local: bool = True) -> None:
@@ -89,8 +91,8 @@ class AnalysisRecipe(RecipeBase):
         return {**super().identity(cfg), "reference": task.reference, "n_pairs": task.n_pairs,
                 "batch_size": task.batch_size}
 
-    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
-        super().__init__(cfg, run_dir)
+    def __init__(self, cfg: DictConfig, run_dir: Path, resume: str | None = None) -> None:
+        super().__init__(cfg, run_dir, resume)
         self.device = device(cfg.task.device)
 
     def setup_images(self) -> tuple["np.ndarray", "np.ndarray"]:

@@ -11,7 +11,7 @@ the same epoch-seeded order (:class:`plasticity.data.datamodule.EpochBatchSample
 rank 0 writes (checkpoints, metrics, weights; the record in :mod:`plasticity.job`).
 
 An interrupted run of the same config resumes from its newest complete checkpoint
-(:func:`plasticity.runs.checkpoints.resumable`) exactly where it stopped: each checkpoint holds the
+(:func:`plasticity.runs.checkpoints.prepare_resume`) exactly where it stopped: each checkpoint holds the
 loops' counters, the train loader's place inside its epoch, the generators' states and the
 config hash, so the resumed run computes what the uninterrupted one would have, bit for bit. The
 metrics the interrupted part logged stay in ``metrics.part<k>.csv`` (the CSV logger starts a new file).
@@ -45,7 +45,7 @@ from plasticity.runs.checkpoints import (
     WEIGHTS_FILE,
     best_and_last,
     checkpoint_step,
-    resumable,
+    prepare_resume,
 )
 from plasticity.runs.ranks import announce, is_rank_zero, num_nodes
 from plasticity.runs.record import config_hash, optimizer_name
@@ -105,97 +105,57 @@ class Finetune(RecipeBase):
                 "component": tag_of(cfg), "optimizer": optimizer_name(cfg.optimizer.get("_target_", "?")),
                 "lr": float(lr) if isinstance(lr, (int, float)) else lr, "seed": cfg.seed}
 
-    follower_resume: str | None = None
-    """On a non-zero rank of a DDP run: the checkpoint rank 0 resumes from (set by the job)."""
-    is_global_zero: bool = True
-    """Whether this process writes the run's files (rank 0); set when training starts."""
-
-    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
-        super().__init__(cfg, run_dir)
-        self.auto_record: dict[str, Any] = {}
-        """``component=auto``: the units chosen and the measurement behind them (empty otherwise)."""
+    def __init__(self, cfg: DictConfig, run_dir: Path, resume: str | None = None) -> None:
+        super().__init__(cfg, run_dir, resume)
         self.trainer: "L.Trainer | None" = None
         """The Lightning trainer once built (what :meth:`progress` reads)."""
-        self.config_hash = config_hash(cfg, self.sections)
-        """Saved in every checkpoint: a checkpoint of another config never resumes this run."""
-
-    @property
-    def world_size(self) -> int:
-        """Processes of the run: ``trainer.devices`` x ``trainer.num_nodes``."""
-        return world_size(self.cfg.trainer) or 1
-
-    @property
-    def accumulation(self) -> int:
-        """Micro-batches per optimizer step on each process: global batch / (micro-batch x processes)."""
-        return self.cfg.task.batch_size // (self.cfg.task.micro_batch_size * self.world_size)
-
-    @property
-    def adapter(self) -> dict | None:
-        """The adapter config (``adapter=lora``) as a dict, or None."""
-        return adapter_of(self.cfg)
-
-    # ------------------------------------------------------------------ the run
 
     def run(self) -> dict[str, Any]:
         """Trains, tests the best-validation checkpoint and returns the result fields (and, with
         ``task.export_merged``, writes the LoRA-merged weights)."""
         fields, module = self.fit()
-        if self.adapter and self.cfg.task.export_merged and self.is_global_zero:
+        if adapter_of(self.cfg) and self.cfg.task.export_merged and self.trainer.is_global_zero:
             fields["weights_file"] = str(export_merged(module.net, self.run_dir / WEIGHTS_FILE))
         return fields
 
     def fit(self) -> tuple[dict[str, Any], "FinetuneModule"]:
-        """Trains and tests; returns the result fields and the module holding the best-validation weights."""
+        """The recipe's steps: the model, its data, what trains, the LightningModule and the trainer;
+        trains, then tests. Returns the result fields and the module holding the best-validation weights."""
         import lightning as L
 
-        # Seeded before anything draws from torch's RNG: a random init, the new head, LoRA's lora_A (and the workers).
-        L.seed_everything(self.cfg.seed, workers=True, verbose=False)
-        self.is_global_zero = is_rank_zero()
-        net = self.setup_net()
-        datamodule = self.setup_data(net)
-        net, selection = self.setup_selection(net, datamodule)
-        module = self.setup_module(net, selection, datamodule)
-        resume = self.resume_from()
-        checkpoint, last = best_and_last(self.run_dir)
-        trainer = self.trainer = self.setup_trainer([checkpoint, last])
-        self.log_config(trainer, selection.counts, datamodule.split_hash)
-        train_s = self.train(trainer, module, datamodule, resume)
-        fields = {
-            **self.test(trainer, module, datamodule, checkpoint),
-            "trainable_params": selection.counts["group"],
-            "params": selection.counts,
-            "split_hash": datamodule.split_hash,
-            "train_s": round(train_s, 2),
-            "best_checkpoint": str(Path(checkpoint.best_model_path).relative_to(self.run_dir)),
-            "resumed": resume is not None,
-            **self.strategy_fields(selection),
-        }
-        return fields, module
+        from plasticity.data.splits import expected_classes
 
-    def train(self, trainer: "L.Trainer", module: "FinetuneModule", datamodule: "DataModule",
-              resume: str | None) -> float:
-        """Rank 0 announces the run to the other ranks, then every rank trains; returns the seconds it took."""
-        if self.is_global_zero:  # the ranks Lightning starts next (or that srun started) follow this decision
-            announce(self.run_dir, "run", resume, num_nodes=num_nodes(self.cfg))
+        cfg, rank_zero, chash = self.cfg, is_rank_zero(), config_hash(self.cfg, self.sections)
+        # Seeded before anything draws from torch's RNG: a random init, the new head, LoRA's lora_A (and the workers).
+        L.seed_everything(cfg.seed, workers=True, verbose=False)
+        net = self.create_net(expected_classes(cfg.dataset.name, cfg.dataset.num_classes))
+        datamodule = build_datamodule(cfg, net)
+        net, selection, strategy = build_selection(cfg, net, datamodule)
+        module = build_module(cfg, net, selection, datamodule, chash)
+        resume = self.resume_from(chash, rank_zero)
+        checkpoint, last = best_and_last(self.run_dir)
+        trainer = self.trainer = build_trainer(cfg, self.run_dir, [checkpoint, last])
+        log_config(trainer, cfg, self.identity(cfg), self.run_dir, selection.counts, datamodule.split_hash)
+        if rank_zero:  # the ranks Lightning starts next (or that srun started) follow this decision
+            announce(self.run_dir, "run", resume, num_nodes=num_nodes(cfg))
         start = time.perf_counter()
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume)
-        return time.perf_counter() - start
-
-    def test(self, trainer: "L.Trainer", module: "FinetuneModule", datamodule: "DataModule",
-             checkpoint: "ModelCheckpoint") -> dict[str, Any]:
-        """Tests the best-validation checkpoint (the paper's protocol); its accuracy fields."""
-        best = checkpoint.best_model_path
+        train_s = time.perf_counter() - start
+        best = checkpoint.best_model_path  # the paper's protocol: the test runs on the best validation's weights
         tested = trainer.test(module, datamodule=datamodule, ckpt_path=best, verbose=False)[0]
         return {"best_val_acc": float(checkpoint.best_model_score), "test_acc": float(tested["test/acc"]),
                 "test_loss": float(tested["test/loss"]), "best_step": int(checkpoint_step(best)),
-                "steps": int(trainer.global_step)}
+                "steps": int(trainer.global_step), "trainable_params": selection.counts["group"],
+                "params": selection.counts, "split_hash": datamodule.split_hash, "train_s": round(train_s, 2),
+                "best_checkpoint": str(Path(best).relative_to(self.run_dir)), "resumed": resume is not None,
+                **strategy}, module
 
-    def resume_from(self) -> str | None:
-        """The checkpoint to resume from: rank 0 asks the run directory (``resume=true``), the other
-        ranks take rank 0's, so every rank restarts at the same step."""
-        if self.follower_resume is not None or not self.is_global_zero:
-            return self.follower_resume  # rank 0 decided (and kept the metrics)
-        return resumable(self.run_dir, self.cfg.task.max_steps, self.config_hash) if self.cfg.resume else None
+    def resume_from(self, chash: str, rank_zero: bool) -> str | None:
+        """The checkpoint to resume from: the other ranks take rank 0's (passed in), so every rank
+        restarts at the same step; rank 0 (``resume=true``) readies the run directory for it."""
+        if self.resume is not None or not rank_zero:
+            return self.resume
+        return prepare_resume(self.run_dir, self.cfg.task.max_steps, chash) if self.cfg.resume else None
 
     def progress(self) -> dict[str, Any]:
         """Where an interrupted run stopped: the optimizer steps done (``step``) and the step of its
@@ -206,161 +166,115 @@ class Finetune(RecipeBase):
         return {"step": int(self.trainer.global_step),
                 **({"checkpoint_step": checkpoint_step(last)} if last.is_file() else {})}
 
-    def strategy_fields(self, selection: "Selection") -> dict[str, Any]:
-        """What the record says about the configuration: its kind, groups, blocks, adapter and,
-        for ``auto``, the choice and the measurement behind it."""
-        component = self.cfg.component
-        fields: dict[str, Any] = {"strategy": strategy_of(tag_of(self.cfg)),
-                                  "groups": list(selection.by_group), "blocks": blocks_of(component),
-                                  "adapter": self.adapter}
-        if component.lr_scale:
-            fields["lr_scale"] = dict(component.lr_scale)
-        return {**fields, **self.auto_record}
 
-    # ------------------------------------------------------------------ setup, in fit's order
+# ---------------------------------------------------------------------- the steps, in fit's order
 
-    def setup_net(self) -> "torch.nn.Module":
-        """The timm model with its head reset to the dataset's classes."""
-        from plasticity.data.splits import expected_classes
 
-        data = self.cfg.dataset
-        return self.create_net(expected_classes(data.name, data.num_classes))
+def build_datamodule(cfg: DictConfig, net: "torch.nn.Module") -> "DataModule":
+    """The datamodule, reading the dataset for the built model's input side, its splits loaded."""
+    from plasticity.data import DataSpec
+    from plasticity.data.datamodule import DataModule
+    from plasticity.models import image_size
 
-    def setup_data(self, net: "torch.nn.Module") -> "DataModule":
-        """The datamodule, reading the dataset for the built model's input side, its splits loaded."""
-        from plasticity.data import DataSpec
-        from plasticity.data.datamodule import DataModule
-        from plasticity.models import image_size
+    data = cfg.dataset
+    datamodule = DataModule(DataSpec.from_config(cfg, img_size=image_size(net)),
+                            micro_batch_size=cfg.task.micro_batch_size, eval_batch_size=cfg.task.eval_batch_size,
+                            num_workers=data.num_workers, seed=cfg.seed, augment=data.augment,
+                            crop_scale=tuple(data.crop_scale), hflip=data.hflip)
+    datamodule.check()
+    datamodule.setup()  # the splits: component=auto measures on train before the trainer exists
+    return datamodule
 
-        cfg, data = self.cfg, self.cfg.dataset
-        datamodule = DataModule(
-            DataSpec.from_config(cfg, img_size=image_size(net)),
-            micro_batch_size=cfg.task.micro_batch_size,
-            eval_batch_size=cfg.task.eval_batch_size,
-            num_workers=data.num_workers,
-            seed=cfg.seed,
-            augment=data.augment,
-            crop_scale=tuple(data.crop_scale),
-            hflip=data.hflip,
-        )
-        datamodule.check()
-        datamodule.setup()  # the splits: component=auto measures on train before the trainer exists
-        return datamodule
 
-    def setup_selection(self, net: "torch.nn.Module",
-                        datamodule: "DataModule") -> tuple["torch.nn.Module", "Selection"]:
-        """Resolves and freezes: only the component (its groups and blocks, its LoRA weights with
-        an adapter, or what the measurement chose for ``auto``), the head and (by switch) the final
-        norm train. Returns the model (LoRA-adapted when configured) and the selection."""
-        from plasticity.components import freeze, select
+def build_selection(cfg: DictConfig, net: "torch.nn.Module",
+                    datamodule: "DataModule") -> tuple["torch.nn.Module", "Selection", dict[str, Any]]:
+    """Resolves and freezes: only the component (its groups and blocks, its LoRA weights with an
+    adapter, or what the measurement chose for ``auto``), the head and (by switch) the final norm
+    train. Returns the model (LoRA-adapted when configured), the selection and the record's fields
+    on it (kind, groups, blocks, adapter, and for ``auto`` the choice and the measurement behind it)."""
+    from plasticity.auto import auto_select
+    from plasticity.components import freeze, select
 
-        # component.train_final_norm (default true): the official code trains the final norm in every configuration.
-        component, adapter = self.cfg.component, self.adapter
-        if adapter:
-            net, selection = apply_lora(net, list(parse_component(component.name)), blocks_of(component),
-                                        rank=adapter["rank"], alpha=adapter["alpha"], dropout=adapter["dropout"],
-                                        train_final_norm=component.train_final_norm)
-        else:
-            selection = (self.auto_selection(net, datamodule) if component.name == AUTO else
-                         select(net, component.name, component.train_final_norm, blocks_of(component)))
-            freeze(net, selection)
-        log.info("trainable parameters: %s", ", ".join(f"{k} {v:,}" for k, v in selection.counts.items()))
-        return net, selection
+    # component.train_final_norm (default true): the official code trains the final norm in every configuration.
+    component, adapter, blocks = cfg.component, adapter_of(cfg), blocks_of(cfg.component)
+    chosen: dict[str, Any] = {}
+    if adapter:
+        net, selection = apply_lora(net, list(parse_component(component.name)), blocks, rank=adapter["rank"],
+                                    alpha=adapter["alpha"], dropout=adapter["dropout"],
+                                    train_final_norm=component.train_final_norm)
+    else:
+        selection, chosen = (auto_select(cfg, net, datamodule) if component.name == AUTO else
+                             (select(net, component.name, component.train_final_norm, blocks), {}))
+        freeze(net, selection)
+    log.info("trainable parameters: %s", ", ".join(f"{k} {v:,}" for k, v in selection.counts.items()))
+    fields: dict[str, Any] = {"strategy": strategy_of(tag_of(cfg)),
+                              "groups": list(selection.by_group), "blocks": blocks, "adapter": adapter}
+    if component.lr_scale:
+        fields["lr_scale"] = dict(component.lr_scale)
+    return net, selection, {**fields, **chosen}
 
-    def auto_selection(self, net: "torch.nn.Module", datamodule: "DataModule") -> "Selection":
-        """``component=auto``: measures every (group, block) of the pretrained model on (reference
-        test, target train) pairs and selects what :func:`plasticity.auto.choose` picks."""
-        from plasticity.auto import choose, measure_units, unit_name
-        from plasticity.components import select_units
-        from plasticity.data import load_splits
-        from plasticity.data.augment import input_transform
-        from plasticity.measure import pair_batches, pair_indices, pair_inputs
 
-        auto, data = self.cfg.component.auto, self.cfg.dataset
-        started = time.perf_counter()
-        ref = load_splits(datamodule.spec.replace(name=auto.reference, limit=None, num_classes=None)).test
-        window = data.get("window")  # text: tokens per pair window
-        ref, target = pair_inputs(ref, window), pair_inputs(datamodule.splits.train, window)
-        indices = pair_indices(len(ref), len(target), auto.n_pairs, "sequential")
-        transform = input_transform(net, data)  # token ids pass as they are
-        table = measure_units(net, pair_batches(ref, target, indices, auto.batch_size, transform))
-        total = sum(p.numel() for p in net.parameters())
-        units = choose(table, auto.budget, total)
-        self.auto_record = {"selected": [unit_name(u) for u in units], "auto_table": table,
-                            "auto_s": round(time.perf_counter() - started, 2)}
-        log.info("component=auto: measured %d (group, block) units on %d pairs in %.1f s; training %s",
-                 len(table), auto.n_pairs, self.auto_record["auto_s"], ", ".join(self.auto_record["selected"]))
-        return select_units(net, units, self.cfg.component.train_final_norm)
+def build_module(cfg: DictConfig, net: "torch.nn.Module", selection: "Selection", datamodule: "DataModule",
+                 chash: str) -> "FinetuneModule":
+    """The LightningModule: the optimizer from ``optimizer`` (a partial), the schedule from ``task``."""
+    import hydra
 
-    def setup_module(self, net: "torch.nn.Module", selection: "Selection",
-                     datamodule: "DataModule") -> "FinetuneModule":
-        """The LightningModule: the optimizer from ``optimizer`` (a partial), the schedule from ``task``."""
-        import hydra
+    from plasticity.data.augment import input_transform
+    from plasticity.module import FinetuneModule
 
-        from plasticity.data.augment import input_transform
-        from plasticity.module import FinetuneModule
+    # The JPEG path crops and flips in its loader workers: its train batches arrive augmented, only normalised here.
+    augment_on_device = cfg.dataset.augment and not datamodule.cpu_augment
+    return FinetuneModule(net, selection, datamodule.num_classes, optimizer=hydra.utils.instantiate(cfg.optimizer),
+                          max_steps=cfg.task.max_steps, warmup_steps=cfg.task.warmup_steps,
+                          train_transform=input_transform(net, cfg.dataset, train=True, augment=augment_on_device),
+                          eval_transform=input_transform(net, cfg.dataset),
+                          lr_scale=dict(cfg.component.lr_scale or {}), config_hash=chash)
 
-        data, task = self.cfg.dataset, self.cfg.task
-        # The JPEG path crops and flips in its loader workers: its train batches arrive augmented, only normalised here.
-        augment_on_device = data.augment and not datamodule.cpu_augment
 
-        module = FinetuneModule(
-            net,
-            selection,
-            datamodule.num_classes,
-            optimizer=hydra.utils.instantiate(self.cfg.optimizer),
-            max_steps=task.max_steps,
-            warmup_steps=task.warmup_steps,
-            train_transform=input_transform(net, data, train=True, augment=augment_on_device),
-            eval_transform=input_transform(net, data),
-            lr_scale=dict(self.cfg.component.lr_scale or {}),
-        )
-        module.config_hash = self.config_hash
-        return module
+def build_trainer(cfg: DictConfig, run_dir: Path, checkpoints: list["ModelCheckpoint"]) -> "L.Trainer":
+    """The Lightning trainer of ``trainer``, its callbacks (the checkpoints, the step progress bar,
+    ``callbacks``) and loggers (``logger``), and what the task owns: steps, accumulation, validation."""
+    import hydra
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
 
-    def setup_trainer(self, checkpoints: list["ModelCheckpoint"]) -> "L.Trainer":
-        """The Lightning trainer of ``trainer``, its callbacks (the checkpoints, the step progress bar,
-        ``callbacks``) and loggers (``logger``), and what the task owns: steps, accumulation, validation."""
-        import hydra
-        from lightning.pytorch.plugins.environments import SLURMEnvironment
+    from plasticity.devices import precision, trainer_on_cuda
+    from plasticity.progress import StepProgressBar
+    from plasticity.runs.checkpoint_io import AtomicCheckpointIO
 
-        from plasticity.devices import precision, trainer_on_cuda
-        from plasticity.progress import StepProgressBar
-        from plasticity.runs.checkpoint_io import AtomicCheckpointIO
+    task, trainer, world = cfg.task, cfg.trainer, world_size(cfg.trainer) or 1
+    accumulation = task.batch_size // (task.micro_batch_size * world)  # micro-batches per optimizer step, per process
+    callbacks = [*checkpoints, *([StepProgressBar()] if trainer.enable_progress_bar else []),
+                 *instantiate_each(cfg.callbacks)]
+    # Under SLURM, submitit owns the preemption signal and requeues the job (resuming from
+    # last.ckpt); Lightning's own auto-requeue would fight it. The environment also gives the
+    # ranks of a DDP job from srun's tasks (SLURM_PROCID, SLURM_NTASKS).
+    slurm = [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
+    return hydra.utils.instantiate(
+        trainer,
+        strategy="ddp" if trainer.strategy == "auto" and world > 1 else trainer.strategy,
+        use_distributed_sampler=False,  # the datamodule shards its own epoch-seeded order
+        precision=precision(trainer.precision, trainer_on_cuda(trainer)),
+        max_steps=task.max_steps,
+        accumulate_grad_batches=accumulation,
+        # Lightning counts the validation interval in micro-batches, across epochs (no per-epoch check).
+        val_check_interval=task.val_every * accumulation,
+        check_val_every_n_epoch=None,
+        callbacks=callbacks,
+        logger=instantiate_each(cfg.logger),
+        default_root_dir=str(run_dir),
+        plugins=[AtomicCheckpointIO(run_dir), *slurm],
+    )
 
-        task, trainer = self.cfg.task, self.cfg.trainer
-        callbacks = [*checkpoints, *([StepProgressBar()] if trainer.enable_progress_bar else []),
-                     *instantiate_each(self.cfg.callbacks)]
-        loggers = instantiate_each(self.cfg.logger)
-        # Under SLURM, submitit owns the preemption signal and requeues the job (resuming from
-        # last.ckpt); Lightning's own auto-requeue would fight it. The environment also gives the
-        # ranks of a DDP job from srun's tasks (SLURM_PROCID, SLURM_NTASKS).
-        plugins = [AtomicCheckpointIO(self.run_dir),
-                   *([SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else [])]
-        return hydra.utils.instantiate(
-            trainer,
-            strategy="ddp" if trainer.strategy == "auto" and self.world_size > 1 else trainer.strategy,
-            use_distributed_sampler=False,  # the datamodule shards its own epoch-seeded order
-            precision=precision(trainer.precision, trainer_on_cuda(trainer)),
-            max_steps=task.max_steps,
-            accumulate_grad_batches=self.accumulation,
-            # Lightning counts the validation interval in micro-batches, across epochs (no per-epoch check).
-            val_check_interval=task.val_every * self.accumulation,
-            check_val_every_n_epoch=None,
-            callbacks=callbacks,
-            logger=loggers,
-            default_root_dir=str(self.run_dir),
-            plugins=plugins,
-        )
 
-    def log_config(self, trainer: "L.Trainer", counts: dict[str, int], split_hash: str) -> None:
-        """Every logger gets the resolved config (nested), the run identity, ``split_hash`` and the
-        parameter counts: W&B filters and groups runs by any of them (``component.name``, ...)."""
-        from plasticity.tracking.logger import run_config
+def log_config(trainer: "L.Trainer", cfg: DictConfig, identity: dict, run_dir: Path, counts: dict[str, int],
+               split_hash: str) -> None:
+    """Every logger gets the resolved config (nested), the run identity, ``split_hash`` and the
+    parameter counts: W&B filters and groups runs by any of them (``component.name``, ...)."""
+    from plasticity.tracking.logger import run_config
 
-        config = run_config(self.cfg, self.identity(self.cfg), self.run_dir, split_hash=split_hash, params=counts)
-        for logger in trainer.loggers:
-            logger.log_hyperparams(config)
+    config = run_config(cfg, identity, run_dir, split_hash=split_hash, params=counts)
+    for logger in trainer.loggers:
+        logger.log_hyperparams(config)
 
 
 def instantiate_each(group: DictConfig) -> list:

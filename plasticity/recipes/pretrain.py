@@ -33,7 +33,7 @@ class Pretrain(Finetune):
     def run(self) -> dict[str, Any]:
         fields, module = self.fit()
         weights = self.run_dir / WEIGHTS_FILE
-        if self.is_global_zero:  # the other ranks of a DDP run hold the same weights and write nothing
+        if self.trainer.is_global_zero:  # the other ranks of a DDP run hold the same weights and write nothing
             # fit() tested the best-validation checkpoint, whose weights the module now holds.
             write_safetensors_atomic(weights, module.net.state_dict())
         return {**fields, "weights_file": str(weights)}

@@ -8,7 +8,7 @@ Every checkpoint is written whole or not at all
 (:class:`plasticity.runs.checkpoint_io.AtomicCheckpointIO`) and holds what an exact resume needs:
 the loops' counters, the train loader's place in its epoch, the generators' states and the config
 hash. A checkpoint that cannot resume the run never blocks it
-(:func:`resumable`).
+(:func:`prepare_resume` moves it aside).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BEST_CHECKPOINT", "CHECKPOINT_DIR", "CONFIG_HASH_KEY", "DURING_TRAINING",
            "LAST_CHECKPOINT", "METRICS_FILE", "METRICS_PARTS", "WEIGHTS_FILE", "best_and_last", "check_checkpoint",
-           "checkpoint_step", "keep_metrics", "metrics_files", "read_checkpoint", "resumable"]
+           "checkpoint_step", "keep_metrics", "metrics_files", "prepare_resume", "read_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -124,9 +124,10 @@ CHECKPOINT_KEYS = ("global_step", "state_dict", "loops", "optimizer_states")
 """What a checkpoint must hold to resume a run."""
 
 
-def resumable(run_dir: str | Path, max_steps: int, config_hash: str | None = None) -> str | None:
-    """The newest complete checkpoint of an interrupted run in ``run_dir``, its metrics kept
-    aside; None when there is none (the run starts at step 0).
+def prepare_resume(run_dir: str | Path, max_steps: int, config_hash: str | None = None) -> str | None:
+    """Moves files so that an interrupted run in ``run_dir`` can resume: its ``metrics.csv`` to
+    the next part (:func:`keep_metrics`), checkpoints that cannot resume it aside. Returns the
+    newest complete checkpoint; None when there is none (the run starts at step 0).
 
     ``last.ckpt`` first, then ``best.ckpt`` (an earlier validation; resuming there replays the
     steps after it exactly). A checkpoint that cannot be read (cut short, garbage), lacks what a
