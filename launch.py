@@ -30,7 +30,8 @@ def main(cfg: DictConfig) -> dict:
 
 
 if __name__ == "__main__":
-    from plasticity.cli import precheck
+    from plasticity.cli import reporting_errors
 
-    precheck(sys.argv[1:], plasticity.CONF_DIR)  # before Hydra, whose advice for a mistyped key is "+key=..."
-    main()
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra's errors reach reporting_errors: its advice for a typo is "+key=..."
+    with reporting_errors(sys.argv[1:]):
+        main()

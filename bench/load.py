@@ -2,12 +2,11 @@
 
     python bench/load.py [--experiments 1,3,11,22] [--records 1000,3000,10000] [--profile DIR]
 
-**Dry run.** The paper's grids together (``experiment=paper/finetune/<dataset>`` for the 11 datasets,
-then ``paper/ablation/adamw/<dataset>``: 84 jobs each), checked in one process as the pre-launch
-check does for a ``-m ... sweep.dry_run=true`` launch (:mod:`plasticity.prelaunch`): every job
-composed (:func:`plasticity.sweep.plan`), validated and its run directory inspected
-(:func:`plasticity.prelaunch.check`), the table printed (to nowhere). Hydra sweeps one experiment's
-grid per launch, so the 22 grids are planned one after the other and checked as one list.
+**Dry run.** The paper's grids (``experiment=paper/finetune/<dataset>`` for the 11 datasets, then
+``paper/ablation/adamw/<dataset>``: 84 jobs each), each launched in this process as
+``python launch.py -m experiment=<grid> sweep.dry_run=true`` (Hydra sweeps one grid per launch): the
+launch's composition, then :class:`plasticity.sweep.PlanSweeper` composing, validating and inspecting
+every job, the table printed (to nowhere). The config builds (Hydra compositions) are counted.
 
 **Report.** A synthetic sweep of N finetuning records (11 datasets x 7 groups x 4 learning rates,
 as many seeds as N needs; each run a ``result.json`` and a 100-step ``metrics.csv``), reported by
@@ -26,12 +25,14 @@ import io
 import json
 import os
 import random
+import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+LAUNCH = str(ROOT / "launch.py")
 sys.path.insert(0, str(ROOT))  # the package, not bench/plasticity.py
 
 DATASETS = ("cifar10", "cifar100", "cifar10_c/contrast", "cifar10_c/gaussian_noise", "cifar10_c/motion_blur",
@@ -52,27 +53,31 @@ def profiled(path: Path | None, call):
         profile.dump_stats(str(path))
 
 
-def dry_run(experiments: int) -> tuple[int, float, float]:
-    """(jobs, seconds to plan, seconds to check and print) for the first ``experiments`` paper grids."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.hydra_config import HydraConfig
+def dry_run(experiments: int) -> tuple[int, int, float]:
+    """(jobs, config builds, seconds) of the dry runs of the first ``experiments`` paper grids."""
+    import runpy
 
-    import plasticity
-    from plasticity.prelaunch import check, dry_run as print_dry_run
-    from plasticity.sweep import plan
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl  # what every composition goes through
+    from hydra.core.global_hydra import GlobalHydra
 
-    start, jobs = time.perf_counter(), []
-    with initialize_config_dir(str(plasticity.CONF_DIR), version_base="1.3"):
+    compose, builds, jobs = ConfigLoaderImpl.load_configuration, [], 0
+
+    def counted(*args, **kwargs):
+        builds.append(1)
+        return compose(*args, **kwargs)
+
+    ConfigLoaderImpl.load_configuration = counted
+    start = time.perf_counter()
+    try:
         for name in EXPERIMENTS[:experiments]:
-            launch = compose("config", overrides=[f"experiment={name}", "sweep.dry_run=true"],
-                             return_hydra_config=True)
-            HydraConfig.instance().set_config(launch)  # as in a launch: the jobs' ${hydra:...} resolve
-            jobs += plan(launch, first_num=len(jobs))
-        planned = time.perf_counter()
-        jobs = [check(job, local=True) for job in jobs]
-        with contextlib.redirect_stdout(io.StringIO()):
-            print_dry_run(jobs, start)
-    return len(jobs), planned - start, time.perf_counter() - planned
+            sys.argv, out = [LAUNCH, "-m", f"experiment={name}", "sweep.dry_run=true"], io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):  # the dry run exits 0
+                runpy.run_path(LAUNCH, run_name="__main__")
+            GlobalHydra.instance().clear()
+            jobs += int(re.search(r"dry run: (\d+) jobs,", out.getvalue()).group(1))
+    finally:
+        ConfigLoaderImpl.load_configuration = compose
+    return jobs, len(builds), time.perf_counter() - start
 
 
 def write_sweep(root: Path, n: int, steps: int = 100) -> None:
@@ -115,12 +120,11 @@ def main() -> None:
         args.profile.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)  # the grids' outputs/ (nothing is created) and no data: every job reads "to run, data missing"
-        print(f"{'dry run: grids':<16} {'jobs':>6} {'plan s':>8} {'check s':>8} {'total s':>8} {'ms/job':>8}")
+        print(f"{'dry run: grids':<16} {'jobs':>6} {'builds':>7} {'builds/job':>10} {'total s':>8} {'ms/job':>8}")
         for n in (int(x) for x in args.experiments.split(",") if x):
             out = args.profile / f"dry_{n}.prof" if args.profile else None
-            jobs, planned, checked = profiled(out, lambda: dry_run(n))
-            total = planned + checked
-            print(f"{n:<16} {jobs:6d} {planned:8.1f} {checked:8.1f} {total:8.1f} {1000 * total / jobs:8.1f}")
+            jobs, builds, total = profiled(out, lambda: dry_run(n))
+            print(f"{n:<16} {jobs:6d} {builds:7d} {builds / jobs:10.2f} {total:8.1f} {1000 * total / jobs:8.1f}")
         print(f"{'report: records':<16} {'write s':>8} {'collect s':>10} {'report s':>9} {'ms/record':>10}")
         for n in (int(x) for x in args.records.split(",") if x):
             root = Path(tmp) / f"sweep_{n}"

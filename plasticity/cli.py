@@ -1,35 +1,34 @@
-"""Command-line overrides checked before Hydra runs: a mistyped key gets the closest existing key.
+"""Hydra's composition errors in one line, a mistyped key with the closest existing key.
 
-Hydra answers ``optimzer.lr=1`` with "To append to your config use +optimzer.lr=1", which
-would add a key nothing reads, and ``trainer.max_steps=abc`` with the same advice although the
-task sets ``trainer.max_steps`` itself. :func:`precheck` composes the config once with the
-command's overrides (the first value of each sweep) and, when Hydra cannot place a key, stops
-with the closest existing key or the key that really controls it. Everything else is left to
-Hydra and to :mod:`plasticity.validate`.
+Hydra answers ``optimzer.lr=1`` with "To append to your config use +optimzer.lr=1", which would add
+a key nothing reads, and ``trainer.max_steps=abc`` with the same advice although the task sets
+``trainer.max_steps`` itself. ``launch.py`` lets Hydra's exceptions reach :func:`reporting_errors`,
+and the sweeper hands it a job that does not compose: when Hydra could not place a key,
+:func:`explain` composes the config of the command's groups (only then) and names the closest
+existing key or the key that really controls it. Everything else is left to Hydra's own message and
+to :mod:`plasticity.validate`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
-from pathlib import Path
+from typing import Iterator
 
-__all__ = ["precheck"]
+__all__ = ["explain", "reporting_errors"]
 
-# Hydra's flags whose next argument is their value, not an override; and those that only print.
+# Hydra's flags whose next argument is their value, not an override.
 _FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
                      "--config-dir", "-cd", "--experimental-rerun")
-_INFO_FLAGS = ("-h", "--help", "--hydra-help", "--version", "-i", "--info", "-sc", "--shell-completion")
 
 
-def overrides_of(argv: list[str]) -> list[str] | None:
-    """The overrides of a command line; None for help and info commands (nothing to check)."""
+def overrides_of(argv: list[str]) -> list[str]:
+    """The overrides of a command line."""
     out, skip = [], False
     for arg in argv:
         if skip:
             skip = False
-        elif arg in _INFO_FLAGS or arg.startswith(("--info=", "--shell-completion=")):
-            return None
         elif arg in _FLAGS_WITH_VALUE:
             skip = True
         elif not arg.startswith("-"):
@@ -51,7 +50,7 @@ def first_values(overrides: list[str]) -> list[str]:
     return out
 
 
-def suggestion(key: str, config_dir: Path, overrides: list[str]) -> str:
+def suggestion(key: str, overrides: list[str]) -> str:
     """The fix for a key Hydra could not place."""
     from plasticity.validate import TASK_OWNED_TRAINER, closest, flat_keys
 
@@ -59,13 +58,11 @@ def suggestion(key: str, config_dir: Path, overrides: list[str]) -> str:
     if section == "trainer" and leaf in TASK_OWNED_TRAINER:
         return f"{key} is set by the task from its own keys, so it cannot be set here. Fix: {TASK_OWNED_TRAINER[leaf]}."
     # Only the group choices (model=..., task=...): the keys of the config the user chose, without the bad key.
-    groups = [o for o in overrides if "." not in o.split("=", 1)[0].lstrip("+~")]
-    cfg = _compose(config_dir, groups)
+    cfg = _compose([o for o in first_values(overrides) if "." not in o.split("=", 1)[0].lstrip("+~")])
     if section == "optimizer" and leaf in optimizer_arguments(cfg.optimizer.get("_target_")):
         return (f"{key} is an argument of {cfg.optimizer._target_} that its config file leaves at torch's default. "
                 f"Fix: +{key}=<value> (the + adds it).")
-    keys = flat_keys(cfg)
-    near = closest(key, [k for k in keys if not k.startswith("hydra")])
+    near = closest(key, [k for k in flat_keys(cfg) if not k.startswith("hydra")])
     if near:
         return f"{key} is not a config key; the closest is {near}. Fix: {near}=<value>."
     return (f"{key} is not a config key. Fix: check the spelling (python launch.py --cfg job lists every key), "
@@ -82,37 +79,41 @@ def optimizer_arguments(target: str | None) -> list[str]:
     return [] if cls is None else [name for name in inspect.signature(cls).parameters if name != "params"]
 
 
-def _compose(config_dir: Path, overrides: list[str]):
+def _compose(overrides: list[str]):
     from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
 
-    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+    import plasticity
+
+    if GlobalHydra.instance().is_initialized():  # inside the launch (the sweeper, or after Hydra's error)
+        return compose("config", overrides=overrides)
+    with initialize_config_dir(config_dir=str(plasticity.CONF_DIR), version_base="1.3"):
         return compose("config", overrides=overrides)
 
 
-def precheck(argv: list[str], config_dir: str | Path) -> None:
-    """Exits with a clear message when an override names a key that does not exist.
+def explain(err: Exception, overrides: list[str]) -> str:
+    """One line for an error composing ``overrides``: the fix for a key Hydra could not place, else
+    Hydra's message (and its OmegaConf cause)."""
+    match = re.search(r"Could not override '([^']+)'", str(err))
+    if not match:
+        cause = f"\n{err.__cause__}" if err.__cause__ is not None and "omegaconf" in type(err.__cause__).__module__ else ""
+        return f"{err}{cause}"
+    bad = next((o for o in overrides if o.lstrip("+~").startswith(match.group(1) + "=")), match.group(1))
+    return f"{bad}: {suggestion(match.group(1), overrides)}"
 
-    Args:
-        argv: The command line after the program name.
-        config_dir: The ``conf/`` folder.
+
+@contextlib.contextmanager
+def reporting_errors(argv: list[str]) -> Iterator[None]:
+    """Around Hydra's entry point (run with ``HYDRA_FULL_ERROR=1``): a Hydra error is printed in one
+    line with its fix, and the process exits 1.
 
     Raises:
-        SystemExit: code 1, after printing the problem and its fix.
+        SystemExit: code 1 after a Hydra error.
     """
     from hydra.errors import HydraException
 
-    overrides = overrides_of(argv)
-    if not overrides:
-        return
     try:
-        overrides = first_values(overrides)
-        _compose(Path(config_dir), overrides)
+        yield
     except HydraException as err:
-        match = re.search(r"Could not override '([^']+)'", str(err))
-        if not match:
-            return  # Hydra's own message (unknown group option, parse error) lists the choices
-        bad = next((o for o in overrides if o.lstrip("+~").startswith(match.group(1) + "=")), match.group(1))
-        print(f"error: {bad}: {suggestion(match.group(1), Path(config_dir), overrides)}", file=sys.stderr)
+        print(f"error: {explain(err, overrides_of(argv))}", file=sys.stderr)
         raise SystemExit(1) from None
-    except Exception:
-        return  # anything else: Hydra reports it with its own words

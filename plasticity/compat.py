@@ -15,6 +15,17 @@ from typing import Any, Iterator
 
 log = logging.getLogger(__name__)
 
+# ------------------------------------------------------------------ hydra-core 1.3.8
+
+
+def basic_sweeper() -> type:
+    """Hydra's basic sweeper, in a private module: :class:`plasticity.sweep.PlanSweeper` extends it
+    (its ``split_arguments`` orders and numbers a sweep's jobs, its ``params`` come first)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+
+    return BasicSweeper
+
+
 # ------------------------------------------------------------------ hydra-submitit-launcher 1.2.0
 
 

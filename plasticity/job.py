@@ -1,40 +1,32 @@
-"""One Hydra job: validate, own the run directory, run the recipe, record the outcome.
+"""The launch path, from the command line to ``Trainer.fit``, in five stages; this module is the last two.
 
-The launch path, from the command line to ``Trainer.fit`` (11 stages):
-
-1. ``launch.py``: :func:`plasticity.cli.precheck` stops an override that names no config key,
-   with the closest key, before Hydra answers with its own advice.
-2. Hydra composes the launch's config (``@hydra.main`` in ``launch.py``).
-3. :class:`plasticity.prelaunch.PreLaunchCheck` (a Hydra callback, before Hydra creates any folder)
-   plans every job (:func:`plasticity.sweep.plan`), validates it and inspects its run directory;
-   any problem in any job stops the launch with all of them listed, nothing written.
-   ``sweep.dry_run=true`` lists the jobs instead.
-4. :class:`plasticity.sweep.SweepSummary` (a multirun) opens the sweep's journal.
-5. The launcher: Hydra's basic one runs each job in this process; ``hydra/launcher=local|slurm``
-   (:class:`plasticity.launcher.SkipDone`) plans again, leaves out the runs finished with the same
-   config, and submits the others as one job array, each keeping its number.
-6. :func:`run_job`, in the job's process. A non-zero rank of a DDP run takes no lock, inspects
-   and writes nothing (:mod:`plasticity.runs.ranks`): :func:`run_as_follower_rank` waits for rank
-   0's decision and runs stage 11 (resuming from the same checkpoint) or stops.
-7. Validate the whole config again (every problem at once): on a SLURM node the device checks run
-   here; the model and data checks are memoised. A rejected job writes nothing and removes the
-   empty folder Hydra made for it.
-8. Lock the run directory (:class:`plasticity.runs.RunLock`): a second launch of a run in progress
-   says where it runs and skips it (:func:`skip_running`, status ``running``), touching nothing.
-9. :func:`decide_and_run` inspects it (:func:`plasticity.runs.state.inspect_run`): a run finished
-   with the same config is skipped; a finished or interrupted run of another config is never
-   touched (the job stops naming the differing keys) unless ``sweep.overwrite=true``, which moves
-   it aside; an interrupted run of the same config resumes.
-10. :func:`run_recipe_and_record`: :func:`open_run_dir` writes ``config.yaml`` and the started
-    marker, opens ``launch.log`` and prints what runs; then the recipe's ``run()``.
-11. The recipe (e.g. :meth:`plasticity.recipes.finetune.Finetune.fit`) builds the model, data,
-    module and trainer, announces rank 0's decision to the other ranks, and calls ``Trainer.fit``.
+1. **Compose** (Hydra, ``@hydra.main`` in ``launch.py``): an override that names no config key stops
+   with the closest key (:func:`plasticity.cli.explain`, only when Hydra's composition failed).
+2. **Plan** (:class:`plasticity.sweep.PlanSweeper` for a multirun, :class:`plasticity.prelaunch.RunCheck`
+   for a single run, before Hydra creates any folder): each job composed once, validated once and,
+   in a multirun, its run directory inspected once; any problem in any job stops the launch with
+   all of them listed, nothing written. ``sweep.dry_run=true`` lists the jobs instead.
+3. **Launch** (:mod:`plasticity.launcher`): the runs finished with the same config are left out; the
+   others run in this process from their planned configs, or go out as one SLURM (or submitit
+   local) job array, each keeping its number. The sweeper journals each job's record and prints
+   the summary, exiting non-zero naming the failed runs.
+4. **Own the run directory** (:func:`run_job`, in the job's process): lock it (a second launch of a
+   run in progress says where it runs and touches nothing), confirm the plan's inspection (or
+   inspect it: a single run, a job in another process, which also validates, with the device checks
+   on a SLURM node), then skip a run finished with the same config, refuse to touch a finished or
+   interrupted run of another config unless ``sweep.overwrite=true`` (which moves it aside), or
+   resume an interrupted run of the same config. A rejected job writes nothing and removes the
+   empty folder Hydra made for it. A non-zero rank of a DDP run takes no lock, inspects and writes
+   nothing (:mod:`plasticity.runs.ranks`): it waits for rank 0's decision and runs stage 5 (from
+   the same checkpoint) or stops.
+5. **Run the recipe** (:func:`run_recipe_and_record`): ``config.yaml``, the started marker and
+   ``launch.log``, then the recipe's ``run()`` (e.g. :meth:`plasticity.recipes.finetune.Finetune.fit`
+   builds the model, data, module and trainer, announces rank 0's decision and calls ``Trainer.fit``).
 
 Whatever happened, ``result.json`` is then written atomically: ``done``, ``diverged`` (NaN/inf loss),
 ``interrupted`` (a stop signal or storage that gave out, with the step reached: the relaunch resumes)
 or ``failed`` (any other exception, with its message). In a multirun a failure is recorded and the
-sweep goes on; :class:`plasticity.sweep.SweepSummary` journals each job's record and, at the end,
-prints the summary and exits non-zero naming the failed runs.
+sweep goes on.
 """
 
 from __future__ import annotations
@@ -56,9 +48,8 @@ from plasticity.console import console, job_overrides, print_config_tree, print_
 from plasticity.errors import USER_ERRORS
 from plasticity.runs import CONFIG_FILE, ERROR_FILE, RESULT_FILE, STARTED_FILE, RunLock, config_hash, write_json_atomic
 from plasticity.runs.ranks import announce, await_decision, conclude, global_rank, is_rank_zero, num_nodes
-from plasticity.runs.state import archive_run, clear_stale, conflict_message, inspect_run
+from plasticity.runs.state import archive_run, clear_stale, confirm, conflict_message
 from plasticity.runs.stop import INTERRUPTED, Interrupted, recording_signals, signal_name, storage_fault
-from plasticity.sweep import sweep_varying
 from plasticity.validate import model_modality
 
 log = logging.getLogger(__name__)
@@ -92,7 +83,7 @@ def setup_process(cfg: DictConfig) -> None:
     import torch
 
     quiet_libraries()
-    torch.set_num_threads(int(cfg.get("threads") or torch.get_num_threads()))  # threads: null keeps torch's
+    torch.set_num_threads(int(cfg.threads or torch.get_num_threads()))  # threads: null keeps torch's
     torch.set_float32_matmul_precision(cfg.matmul_precision)
 
 
@@ -126,8 +117,13 @@ def reject(problems: list[str], run_dir: Path, multirun: bool, identity: dict) -
     return {**identity, "run_dir": str(run_dir), "status": "rejected", "error": "; ".join(problems)}
 
 
-def run_job(cfg: DictConfig) -> dict[str, Any]:
-    """Runs the task of one job in its run directory (stages 6 to 11 of the module docstring).
+def run_job(cfg: DictConfig, plan: Any = None) -> dict[str, Any]:
+    """Runs the task of one job in its run directory (stages 4 and 5 of the module docstring).
+
+    Args:
+        cfg: The job's config.
+        plan: Its planned :class:`plasticity.sweep.Job` (validated, run directory inspected), when the
+            launcher runs it in the process that planned it.
 
     Returns:
         The job's record (also the Hydra job's return value; the sweep summary reads it).
@@ -146,8 +142,9 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
     if recipe is not None and not is_rank_zero():
         return run_as_follower_rank(cfg, recipe, run_dir, identity)
     nodes = num_nodes(cfg)
+    # Checked already by the plan, or (a single run) by RunCheck in this process.
+    problems = validate(cfg, local=True) if multirun and plan is None else []
     # Every stop below is announced: ranks started beside this one (srun tasks) wait for a decision.
-    problems = validate(cfg, local=True)
     if problems:
         announce(run_dir, "stop", num_nodes=nodes)
         return reject(problems, run_dir, multirun, identity)
@@ -156,7 +153,7 @@ def run_job(cfg: DictConfig) -> dict[str, Any]:
         announce(run_dir, "stop", num_nodes=nodes)
         return skip_running(run_dir, identity, lock.holder)
     try:
-        return decide_and_run(cfg, recipe, run_dir, identity, multirun)
+        return decide_and_run(cfg, recipe, run_dir, identity, multirun, getattr(plan, "state", None))
     finally:
         try:
             conclude(run_dir, num_nodes=nodes)  # ranks still waiting (no training started) stop too
@@ -181,8 +178,7 @@ def run_as_follower_rank(cfg: DictConfig, recipe, run_dir: Path, identity: dict)
     setup_process(cfg)
     from plasticity.module import Diverged
 
-    job = recipe(cfg, run_dir)
-    job.follower_resume = decision.get("resume")  # rank 0's checkpoint: every rank resumes from the same step
+    job = recipe(cfg, run_dir, resume=decision.get("resume"))  # rank 0's checkpoint: every rank resumes there
     try:
         job.run()
     except Diverged:  # every rank sees the same (all-reduced) loss; rank 0 records it
@@ -198,18 +194,19 @@ def skip_running(run_dir: Path, identity: dict, holder: dict) -> dict[str, Any]:
     return {**identity, "run_dir": str(run_dir), "status": "running", "holder": holder, "skipped": True}
 
 
-def decide_and_run(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bool) -> dict[str, Any]:
-    """Under the run's lock: skip, refuse, resume or run."""
+def decide_and_run(cfg: DictConfig, recipe, run_dir: Path, identity: dict, multirun: bool,
+                   planned: Any = None) -> dict[str, Any]:
+    """Under the run's lock: skip, refuse, resume or run (``planned``: the plan's inspection)."""
     if recipe.always_run:  # rebuilt at every launch (report, prepare, inspect_data)
         return run_recipe_and_record(cfg, recipe, run_dir, identity, multirun)
-    state = inspect_run(run_dir, cfg, recipe.sections, locked=True)
+    state = confirm(planned, run_dir, cfg, recipe.sections)
     if state.kind == "finished":
         if cfg.sweep.skip_done:
             log.info("skipping %s: already %s with this config (sweep.skip_done=true)", run_dir, state.record["status"])
             return {**state.record, "run_dir": str(run_dir), "skipped": True}
         log.warning("sweep.skip_done=false: the finished run moved to %s", archive_run(run_dir))
     elif state.kind == "conflict":
-        if not cfg.sweep.get("overwrite", False):
+        if not cfg.sweep.overwrite:
             return reject([conflict_message(run_dir, state)], run_dir, multirun, identity)
         log.warning("sweep.overwrite=true: the earlier run moved to %s", archive_run(run_dir))
     elif state.kind == "failed" and state.diff:
@@ -234,10 +231,10 @@ def open_run_dir(cfg: DictConfig, recipe, run_dir: Path, multirun: bool, chash: 
     handler = RunLogHandler(run_dir / LOG_FILE)
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     logging.getLogger().addHandler(handler)
-    if multirun:
-        overrides = job_overrides(list(hydra_cfg.overrides.task), sweep_varying())
+    if multirun:  # the keys that vary across the sweep: an override the sweeper gives each job
+        overrides = job_overrides(list(hydra_cfg.overrides.task), hydra_cfg.sweeper.get("varying"))
         console().print(f"[bold]job {hydra_cfg.job.num}[/bold] " + escape(f"{overrides} -> {run_dir}"), highlight=False)
-    elif cfg.get("print_config", True):
+    elif cfg.print_config:
         print_config_tree(cfg, tree_sections(recipe))
     return handler
 

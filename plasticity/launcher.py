@@ -1,86 +1,79 @@
-"""The SLURM and submitit-local launchers: submit only the runs that are not done.
+"""Stage 3 of a multirun: the launchers that run :class:`plasticity.sweep.PlanSweeper`'s planned jobs.
 
-hydra-submitit-launcher submits every job of a sweep, so a relaunched grid would queue one job per
-finished run, each starting Python only to skip itself. Here, before anything is submitted:
+The sweeper hands them only the jobs that are not done (``run_plan``):
 
-- the launcher plans its jobs again (:func:`plasticity.sweep.plan`, then
-  :func:`plasticity.sweep.inspect_job`: their run directories, not a full validation, which the
-  pre-launch check did just before) and, with ``sweep.skip_done=true`` (the default), leaves out
-  the runs finished with the same config, printing ``skipped N done runs, submitting M``
-  (``sweep.dry_run=true`` prints the same split);
-- the other jobs go out as one job array, keeping their numbers in the sweep
-  (:func:`plasticity.compat.submit_array`);
-- the skipped jobs' records go to the sweep's journal, so the summary lists them as done (skipped);
-- a job that ends without a result (``scancel``, a hard kill, a node failure) is recorded as failed,
-  naming its logs, instead of stopping the sweep.
+- :class:`InProcess` (``hydra/launcher=inprocess``, the default) runs each planned config in this
+  process as it is: no second composition, no second validation, and the job confirms the plan's
+  inspection of its run directory instead of repeating it;
+- :class:`Submits`, mixed into hydra-submitit-launcher's SLURM and local launchers
+  (``hydra/launcher=slurm|local``), submits them as one job array, each keeping its number in the
+  sweep (:func:`plasticity.compat.submit_array`); a job that ends without a result (``scancel``, a
+  hard kill, a node failure) is recorded as failed, naming its logs, instead of stopping the sweep.
 
 Hydra instantiates launchers only from the ``hydra_plugins`` namespace, so the classes that
-``conf/hydra/launcher/{slurm,local}.yaml`` name live in ``hydra_plugins/plasticity_launcher``: they
-are this module's :class:`SkipDone` mixed into hydra-submitit-launcher's two launchers.
+``conf/hydra/launcher/{inprocess,slurm,local}.yaml`` name live in ``hydra_plugins/plasticity_launcher``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any, Sequence
 
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
+from hydra.errors import HydraException
+from hydra.plugins.launcher import Launcher
 
-from plasticity.console import console
-from plasticity.sweep import Job, inspect_job, journal, plan, split_line, submission_split
+from plasticity.sweep import Job, completed
 
 log = logging.getLogger(__name__)
 
 
-class SkipDone:
-    """Mixed in before a hydra-submitit-launcher launcher: its ``launch`` submits only what is not done.
+class InProcess(Launcher):
+    """Runs each job in this process, one after the other, from its planned config."""
 
-    The launcher's ``__call__`` (what runs on the node) and ``checkpoint`` (the requeue) are the
-    base launcher's, unchanged.
-    """
-
-    config: Any
+    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
+        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
-        """Submits the jobs whose run is not done; returns one JobReturn per job, in order.
+        raise HydraException("hydra/launcher=inprocess runs the jobs hydra/sweeper=plan planned. Fix: drop the "
+                             "hydra/sweeper override, or use hydra/launcher=basic with it.")
 
-        Args:
-            job_overrides: Each job's overrides (one batch of Hydra's sweeper).
-            initial_job_idx: The sweep number of the batch's first job.
-        """
-        jobs = self.plan_batch(job_overrides, initial_job_idx)
-        skipped, todo = submission_split(jobs)
-        console().print(split_line(len(skipped), len(todo)), highlight=False)
-        returns = {job.num: self.skip(job) for job in skipped}
-        if todo:
-            returns.update(self.submit(todo))
-        return [returns[job.num] for job in jobs]
+    def run_plan(self, jobs: list[Job], extra: str) -> dict[int, JobReturn]:
+        """Runs the planned ``jobs`` in order (their configs already hold ``extra``); JobReturns by number."""
+        from plasticity.job import run_job as task
 
-    def plan_batch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[Job]:
-        """The batch's jobs, numbered from ``initial_job_idx``, with what their run directories hold."""
-        return [inspect_job(job) for job in plan(self.config, job_overrides, initial_job_idx)]
+        setup_globals()
+        returns = {}
+        for job in jobs:
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+            returns[job.num] = run_job(task_function=functools.partial(task, plan=job),
+                                       config=job.cfg, job_dir_key="hydra.sweep.dir",
+                                       job_subdir_key="hydra.sweep.subdir", hydra_context=self.hydra_context)
+        return returns
 
-    def skip(self, job: Job) -> JobReturn:
-        """The record a done job would have returned, journaled here since no job runs."""
-        record = {**job.state.record, "run_dir": str(job.run_dir), "skipped": True}
-        journal(self.config.hydra.sweep.dir, job.num, record)
-        return _completed(job, record)
 
-    def submit(self, jobs: list[Job]) -> dict[int, JobReturn]:
-        """One job array of ``jobs``, each keeping its sweep number; waits for every result."""
+class Submits:
+    """Mixed in before a hydra-submitit-launcher launcher: ``run_plan`` submits the planned jobs.
+
+    The launcher's ``__call__`` (what runs on the node, composing the job from its overrides) and
+    ``checkpoint`` (the requeue) are the base launcher's, unchanged.
+    """
+
+    def run_plan(self, jobs: list[Job], extra: str) -> dict[int, JobReturn]:
+        """One job array of ``jobs`` (each with the override ``extra``), keeping their sweep numbers;
+        waits for every result."""
         from plasticity.compat import submit_array
 
-        handles = submit_array(self, [(job.num, job.overrides) for job in jobs])
+        handles = submit_array(self, [(job.num, job.overrides + [extra]) for job in jobs])
         return {job.num: self.result(handle, job) for job, handle in zip(jobs, handles)}
 
     def result(self, handle: Any, job: Job) -> JobReturn:
-        """The job's JobReturn; a job that ended without one is a failed record (also journaled)."""
+        """The job's JobReturn; a job that ended without one is a failed record."""
         try:
             return handle.results()[0]  # waits for the job; one result per srun task, task 0 is rank 0 (it records)
         except Exception as err:  # submitit's UncompletedJobError / FailedJobError: the job is gone
-            record = ended_without_result(handle, job, err)
-            journal(self.config.hydra.sweep.dir, job.num, record, replace=False)  # keep what the job wrote itself
-            return _completed(job, record)
+            return completed(job, ended_without_result(handle, job, err))
 
 
 def ended_without_result(handle: Any, job: Job, err: Exception) -> dict[str, Any]:
@@ -97,11 +90,3 @@ def ended_without_result(handle: Any, job: Job, err: Exception) -> dict[str, Any
             "error": (f"job {handle.job_id} ended without a result (state {state}: killed, cancelled or its node "
                       f"failed); its logs: {handle.paths.stdout} and {handle.paths.stderr}. Relaunch the same command "
                       f"to resume it from checkpoints/last.ckpt.")}
-
-
-def _completed(job: Job, record: dict[str, Any]) -> JobReturn:
-    """A completed JobReturn holding ``record`` (Hydra's sweeper re-raises any other status)."""
-    ret = JobReturn(overrides=list(job.overrides), cfg=job.cfg, working_dir=str(job.run_dir),
-                    status=JobStatus.COMPLETED)
-    ret.return_value = record
-    return ret

@@ -1,15 +1,12 @@
-"""The pre-launch check: every job of a launch checked before the first one runs, or the dry run.
+"""The plan's checks: every job validated and its run directory inspected before any runs, or the dry run.
 
-A Hydra callback, registered first in ``conf/config.yaml``. Its ``on_run_start`` (a single run)
-and ``on_multirun_start`` (a sweep) run before Hydra creates any folder, so:
-
-- every job's config is validated, and its run directory inspected for a finished run of another
-  config: one bad value in one job of an 84-job grid stops the launch with every problem listed,
-  and nothing is written. A SLURM launch is checked in the launching process; the GPU itself is
-  checked on the node, where each job validates again (:mod:`plasticity.job`);
-- ``sweep.dry_run=true`` lists every job (run path, status, whether its data and weights exist)
-  without creating a folder, loading a model or reading data beyond file headers, and for a
-  submitting launcher (:mod:`plasticity.launcher`) what it would skip and submit.
+A multirun's jobs are checked by :class:`plasticity.sweep.PlanSweeper`; a single run by
+:class:`RunCheck`, a Hydra callback (``conf/config.yaml``) whose ``on_run_start`` validates it before
+Hydra creates its folder (its run directory is inspected once, in the job, under the lock). A SLURM
+launch is checked in the launching process; the GPU itself is checked on the node, where each job
+validates again (:mod:`plasticity.job`). ``sweep.dry_run=true`` lists every job (run path, status,
+whether its data and weights exist) without creating a folder, loading a model or reading data
+beyond file headers, and for a plan-running launcher what it would skip and submit.
 """
 
 from __future__ import annotations
@@ -24,79 +21,67 @@ from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
 from plasticity.console import console, job_overrides, print_config_tree, print_problems
-from plasticity.sweep import VARYING, Job, inspect_job, is_done, plan, split_line, submission_split, varying_keys
+from plasticity.sweep import Job, is_done, split_line, submission_split
 from plasticity.validate import USABLE_WEIGHTS
 
-SUBMITTING = "hydra_plugins.plasticity_launcher."
-"""Where the launchers that submit only what is not done live (Hydra loads launchers only from there)."""
 STATUS = {"new": "to run", "finished": "done (skip)", "resume": "to resume", "failed": "failed (re-run)",
           "running": "running", "conflict": "conflict"}
 """A run directory's state -> the dry run's status column."""
 
 
-class PreLaunchCheck(Callback):
-    """Checks every job of a launch before Hydra creates a folder; lists them for a dry run."""
+class RunCheck(Callback):
+    """Validates a single run (rank 0) before Hydra creates its folder; lists it for a dry run."""
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from plasticity.recipes import validate
+        from plasticity.runs.ranks import is_rank_zero
+
+        if not is_rank_zero():  # a rank Lightning started: rank 0 checked the same config
+            return
         started = time.perf_counter()
         try:
             run_dir = Path(os.path.abspath(str(config.hydra.run.dir)))
-        except Exception:  # a value that does not resolve: check() names its key (validate.check_resolves)
+        except Exception:  # a value that does not resolve: validate names its key (validate.check_resolves)
             run_dir = None
-        # Unresolved: an override may hold an interpolation that fails (seed=${oc.env:UNSET}); check() names it.
+        # Unresolved: an override may hold an interpolation that fails (seed=${oc.env:UNSET}); validate names it.
         job = Job(0, OmegaConf.to_container(config.hydra.overrides.task, resolve=False), config, run_dir)
-        check(job, local=True)
-        if config.sweep.get("dry_run", False):
-            dry_run([job], started)
+        if config.sweep.dry_run:
+            dry_run([check(job, local=True)], started)
             raise SystemExit(0)
-        stop_on_problems([job])
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        started = time.perf_counter()
-        jobs = [check(job, local=not launches_on_slurm(config)) for job in plan(config)]
-        if config.sweep.get("dry_run", False):
-            dry_run(jobs, started, submitting=submits(config))
-            raise SystemExit(0)
-        stop_on_problems(jobs)
-        varying = varying_keys(jobs)
-        print_plan(jobs, varying)
-        os.environ[VARYING] = ",".join(varying)  # for the jobs, which may be other processes (see sweep.VARYING)
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        os.environ.pop(VARYING, None)  # a later launch in this process is another sweep
+        job.problems += validate(config, local=True)
+        stop_on_problems([job], [])
 
 
-def launches_on_slurm(config: DictConfig) -> bool:
-    return "slurm" in str(config.hydra.launcher.get("_target_", "")).lower()
-
-
-def submits(config: DictConfig) -> bool:
-    """The launch goes through one of :mod:`plasticity.launcher`'s submitting launchers."""
-    return str(config.hydra.launcher.get("_target_", "")).startswith(SUBMITTING)
+def check_all(jobs: list[Job], config: DictConfig) -> list[Job]:
+    """Checks every job of a launch (the device checks only when it runs on this machine)."""
+    local = "slurm" not in str(config.hydra.launcher.get("_target_", "")).lower()
+    return [check(job, local) for job in jobs]
 
 
 def check(job: Job, local: bool) -> Job:
-    """Fills ``job.problems`` (config validation, then a conflict with a finished run) and ``job.state``.
+    """Fills ``job.problems`` (config validation, then a conflict with a finished run) and ``job.state``
+    (what its run directory holds, read only; None for a task rebuilt at every launch).
 
     Args:
         job: A planned job.
         local: The job runs on this machine (False under SLURM: device checks happen on the node).
     """
-    from plasticity.recipes import validate
-    from plasticity.runs.state import conflict_message
+    from plasticity.recipes import get, validate
+    from plasticity.runs.state import conflict_message, inspect_run
 
     if job.cfg is None:
         return job
     job.problems += validate(job.cfg, local=local)  # an unknown task is one of the problems
-    if job.problems:
+    recipe = None if job.problems or job.run_dir is None else get(job.cfg.task.name)
+    if recipe is None or recipe.always_run:
         return job
-    inspect_job(job)
-    if getattr(job.state, "kind", None) == "conflict" and not job.cfg.sweep.get("overwrite", False):
+    job.state = inspect_run(job.run_dir, job.cfg, recipe.sections)
+    if job.state.kind == "conflict" and not job.cfg.sweep.overwrite:
         job.problems.append(conflict_message(job.run_dir, job.state))
     return job
 
 
-def stop_on_problems(jobs: list[Job]) -> None:
+def stop_on_problems(jobs: list[Job], varying: list[str]) -> None:
     """Prints every problem of every job and exits 1; returns when there is none.
 
     Raises:
@@ -108,7 +93,6 @@ def stop_on_problems(jobs: list[Job]) -> None:
     if len(jobs) == 1:
         print_problems(bad[0].problems)
         raise SystemExit(1)
-    varying = varying_keys(jobs)
     lines = [f"job {job.num} ({job_overrides(job.overrides, varying)}): {p}" for job in bad for p in job.problems]
     print_problems(lines, header=f"{len(bad)} of {len(jobs)} jobs have")
     raise SystemExit(1)
@@ -119,7 +103,7 @@ def print_plan(jobs: list[Job], varying: list[str]) -> None:
     from plasticity.recipes import get, tree_sections
 
     first = jobs[0].cfg
-    if first.get("print_config", True):
+    if first.print_config:
         print_config_tree(first, tree_sections(get(first.task.name)), title=f"config (job 0 of {len(jobs)})")
     console().print(f"{len(jobs)} jobs" + (f", varying {', '.join(varying)}" if varying else ""), highlight=False)
 
@@ -153,7 +137,7 @@ def dry_run(jobs: list[Job], started: float, submitting: bool = False) -> None:
     Args:
         jobs: The checked jobs.
         started: ``time.perf_counter()`` at the start of the checks.
-        submitting: A submitting launcher would run them: also print its split (what it would skip
+        submitting: A plan-running launcher would run them: also print its split (what it would skip
             and submit, :func:`plasticity.sweep.submission_split`).
     """
     from rich.table import Table

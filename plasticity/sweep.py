@@ -1,50 +1,40 @@
-"""A multirun's jobs, what each run directory holds, and the sweep's journal and summary.
+"""Stages 2 and 3 of a multirun (:mod:`plasticity.job` lists the five): its plan and its launch.
 
-- :func:`plan` composes every job of a sweep from its overrides (:func:`expand`, in the order of
-  Hydra's basic sweeper, which numbers the jobs) and :func:`inspect_job` reads its run directory. The
-  pre-launch check (:mod:`plasticity.prelaunch`) and the submitting launchers
-  (:mod:`plasticity.launcher`) both plan with them; :func:`submission_split` is what a submitting
-  launcher leaves out (finished runs of the same config).
-- :class:`SweepSummary` (a Hydra callback, registered in ``conf/config.yaml``) journals each job's
-  record under ``<sweep dir>/.sweeps/<id>/`` and, when the sweep ends, prints one row per job and
-  exits non-zero naming the failed runs.
+:class:`PlanSweeper` (``hydra/sweeper=plan``, the default in ``conf/config.yaml``) splits the command
+line into jobs with Hydra's own ``BasicSweeper.split_arguments`` and composes each job once with
+``load_sweep_config``, what Hydra's launchers call (jobs that differ only in plain values share the
+composition of their groups). Every job is then validated and its run directory inspected
+(:mod:`plasticity.prelaunch`): one bad value in one job stops the launch with every problem listed,
+nothing written; ``sweep.dry_run=true`` lists the jobs instead. A launcher of
+:mod:`plasticity.launcher` runs the planned jobs that are not done without composing them again;
+any other launcher (``hydra/launcher=parallel``) gets the overrides. The keys that vary reach each
+job as the override ``hydra.sweeper.varying``. Each job's record is journaled under
+``<sweep dir>/.sweeps/<id>/`` and the summary printed, exiting non-zero naming the failed runs.
 """
 
 from __future__ import annotations
 
-import itertools
-import logging
 import os
-import pickle
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from hydra.core.hydra_config import HydraConfig
-from hydra.core.utils import JobReturn
-from hydra.experimental.callback import Callback
-from hydra.types import RunMode
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import OverrideType
+from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import DictConfig, OmegaConf, open_dict
 from rich.markup import escape
 
+from plasticity.compat import basic_sweeper
 from plasticity.console import console, results_table
-from plasticity.runs.io import read_json, write_json_atomic
-from plasticity.runs.ranks import is_rank_zero
-
-log = logging.getLogger(__name__)
-# What the launching process hands its jobs. Through the environment because the jobs of a submitit
-# launcher are other processes (local, or on SLURM nodes: sbatch exports the environment), which
-# inherit it and nothing else; the basic launcher's in-process jobs read the same.
-SWEEP_ID = "PLASTICITY_SWEEP_ID"
-"""The sweep's id: where each job journals its record."""
-VARYING = "PLASTICITY_SWEEP_VARYING"
-"""The override keys that vary across the sweep's jobs: what each job's first line shows."""
+from plasticity.runs.io import write_json_atomic
 
 
 @dataclass
 class Job:
-    """One job of a launch, as the launcher will run it.
+    """One job of a launch, as planned.
 
     Attributes:
         num: Its position in the sweep (Hydra's ``job.num``).
@@ -63,211 +53,144 @@ class Job:
     state: Any = None
 
 
-# ----------------------------------------------------------------------------------- planning
+class PlanSweeper(basic_sweeper()):
+    """Hydra's basic sweeper, planning every job once before any runs (``hydra/sweeper=plan``)."""
 
+    def __init__(self, max_batch_size: int | None = None, params: dict | None = None, varying: Any = None) -> None:
+        super().__init__(max_batch_size, params)  # varying: read by the jobs, not by the sweeper
 
-def expand(config: DictConfig) -> list[list[str]]:
-    """The overrides of each job of a multirun, in the order of Hydra's basic sweeper (hydra-core 1.3,
-    ``BasicSweeper.split_arguments``), which gives the jobs their numbers.
+    def sweep(self, arguments: list[str]) -> list[list[JobReturn]]:
+        from plasticity import prelaunch
 
-    The sweeper's own ``params`` come first, then the command line's overrides; a later override of
-    a key replaces an earlier one in the earlier one's place; the jobs are the product of the keys'
-    values, the first key varying slowest.
-    """
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
+        started = time.perf_counter()
+        lists = self.job_lists(self.params, arguments, self.hydra_context.config_loader)
+        varying = varying_keys(lists)
+        extra = "hydra.sweeper.varying=[" + ",".join(f"'{key}'" for key in varying) + "]"
+        jobs = prelaunch.check_all(self.plan(lists, extra), self.config)
+        if self.config.sweep.dry_run:
+            prelaunch.dry_run(jobs, started, submitting=hasattr(self.launcher, "run_plan"))
+            raise SystemExit(0)
+        prelaunch.stop_on_problems(jobs, varying)
+        prelaunch.print_plan(jobs, varying)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")  # as Hydra's basic sweeper does
+        returns = self.launch(jobs, extra)
+        summarize(sweep_dir, [record_of(ret, job) for job, ret in zip(jobs, returns)])
+        return [returns]
 
-    params = [f"{k}={v}" for k, v in (config.hydra.sweeper.get("params") or {}).items()]
-    # resolve=False: an override's value is text for Hydra to parse (``seed=${oc.env:S}``), not ours to resolve.
-    params += OmegaConf.to_container(config.hydra.overrides.task, resolve=False)
-    values: dict[str, list[str]] = {}  # insertion-ordered: a replaced key keeps its first place, as in Hydra
-    for override in OverridesParser.create().parse_overrides(params):
-        key = override.get_key_element()
-        if not override.is_sweep_override():
-            values[key] = [f"{key}={override.get_value_element_as_str()}"]
-        elif override.is_discrete_sweep():
-            values[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
-        else:  # interval sweeps are for optimising sweepers; Hydra's basic sweeper says the same
-            raise HydraException(f"BasicSweeper does not support sweep type : {override.value_type.name}")
-    return [list(job) for job in itertools.product(*values.values())]
+    @classmethod
+    def job_lists(cls, params: dict, arguments: list[str], loader: Any = None) -> list[list[str]]:
+        """Each job's overrides, numbered as Hydra's basic sweeper numbers them (its params first)."""
+        parsed = OverridesParser.create(config_loader=loader).parse_overrides(
+            [f"{k}={v}" for k, v in params.items()] + list(arguments))
+        return cls.split_arguments(parsed, None)[0]
 
-
-class Composer:
-    """Composes job configs; jobs that differ only in values (``optimizer.lr=...``, ``seed=...``)
-    share one composition of their config groups, then get their values set."""
-
-    def __init__(self, config_name: str | None, choices: set[str]) -> None:
-        from hydra.core.override_parser.overrides_parser import OverridesParser
-
-        self.config_name, self.choices = config_name, choices
-        self.parser = OverridesParser.create()
-        self.cache: dict[tuple[str, ...], DictConfig] = {}
-
-    def compose(self, overrides: list[str]) -> DictConfig:
-        from hydra import compose
-        from hydra.core.override_parser.types import OverrideType
-
-        groups, values = [], []
-        for text, override in zip(overrides, self.parser.parse_overrides(overrides)):
-            key = override.key_or_group
-            if key.startswith("hydra.") or key == "hydra":
-                continue
+    def plan(self, lists: list[list[str]], extra: str) -> list[Job]:
+        """Each job composed once (with ``extra``); jobs that differ only in plain values (``seed=...``)
+        share one composition of their groups, then get their values set."""
+        loader, parser, shared = self.hydra_context.config_loader, OverridesParser.create(), {}
+        choices = set(self.config.hydra.runtime.choices.keys())
+        jobs = []
+        for num, overrides in enumerate(lists):
             # A group choice (model=..., +experiment=...) or a key inside a group's package changes what
             # is composed; a plain value is set afterwards on a copy of the shared composition.
-            plain = override.type == OverrideType.CHANGE and key not in self.choices and "/" not in key
-            (values if plain else groups).append((text, override))
-        key = tuple(text for text, _ in groups)
-        if key not in self.cache:
-            self.cache[key] = compose(self.config_name, overrides=list(key), return_hydra_config=True)
-        # A pickle round trip is the same deep copy as DictConfig.copy(), three times faster (it skips
-        # OmegaConf's per-node __deepcopy__): the dry run of a 1,848-job grid makes one per job.
-        cfg = pickle.loads(pickle.dumps(self.cache[key]))
-        for text, override in values:
-            OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
-        with open_dict(cfg.hydra):
-            cfg.hydra.overrides.task = overrides
-        return cfg
+            parsed = [(text, o, o.type == OverrideType.CHANGE and o.key_or_group not in choices
+                       and "/" not in o.key_or_group) for text, o in zip(overrides, parser.parse_overrides(overrides))]
+            groups = [text for text, _, plain in parsed if not plain]
+            try:
+                if tuple(groups) not in shared:
+                    shared[tuple(groups)] = loader.load_sweep_config(self.config, groups + [extra])
+                cfg = shared[tuple(groups)].copy()
+                for _, override, plain in parsed:
+                    if plain:  # as Hydra applies a value override
+                        OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+                with open_dict(cfg.hydra):
+                    cfg.hydra.overrides.task, cfg.hydra.job.num, cfg.hydra.job.id = overrides, num, num
+                run_dir = Path(os.path.abspath(f"{cfg.hydra.sweep.dir}/{cfg.hydra.sweep.subdir}"))
+                jobs.append(Job(num, list(overrides), cfg, run_dir))
+            except Exception as err:  # a value that does not fit its key: reported with the others
+                from plasticity.cli import explain
+
+                jobs.append(Job(num, list(overrides), None, problems=[explain(err, overrides)]))
+        return jobs
+
+    def launch(self, jobs: list[Job], extra: str) -> list[JobReturn]:
+        """Runs the jobs: a launcher of :mod:`plasticity.launcher` only those not done, as planned."""
+        if not hasattr(self.launcher, "run_plan"):  # another launcher composes each job itself
+            return list(self.launcher.launch([job.overrides + [extra] for job in jobs], initial_job_idx=0))
+        skipped, todo = submission_split(jobs)
+        console().print(split_line(len(skipped), len(todo)), highlight=False)
+        returns = {job.num: completed(job, {**job.state.record, "run_dir": str(job.run_dir), "skipped": True})
+                   for job in skipped}
+        returns.update(self.launcher.run_plan(todo, extra) if todo else {})
+        return [returns[job.num] for job in jobs]
 
 
-def plan(config: DictConfig, overrides: Sequence[Sequence[str]] | None = None, first_num: int = 0) -> list[Job]:
-    """Jobs with their composed config and run directory (nothing is read or written).
-
-    Args:
-        config: The launch's config (Hydra's, with the ``hydra`` node).
-        overrides: Each job's overrides; None: every job of the sweep (:func:`expand`).
-        first_num: The sweep number of the first job (a launcher's batch may start later).
-    """
-    composer = Composer(config.hydra.job.config_name, set(config.hydra.runtime.choices.keys()))
-    jobs = []
-    for num, job_overrides in enumerate(expand(config) if overrides is None else overrides, start=first_num):
-        job_overrides = list(job_overrides)
-        try:
-            cfg = composer.compose(job_overrides)
-            # hydra/launcher=... is an override of the launch, not of a job: each job runs under it (its
-            # DDP check reads it).
-            with open_dict(cfg.hydra):
-                cfg.hydra.launcher = config.hydra.launcher
-            run_dir = Path(os.path.abspath(f"{cfg.hydra.sweep.dir}/{cfg.hydra.sweep.subdir}"))
-            jobs.append(Job(num, job_overrides, cfg, run_dir))
-        except Exception as err:  # a value that does not fit its key: reported with the others
-            jobs.append(Job(num, job_overrides, None, problems=[f"{' '.join(job_overrides)}: {err}"]))
-    return jobs
-
-
-def inspect_job(job: Job) -> Job:
-    """Sets ``job.state``: what its run directory holds for its config (read only, no lock taken).
-
-    A job that does not compose, names no task, or whose task is rebuilt at every launch
-    (``always_run``) keeps ``state`` None.
-    """
-    from plasticity.recipes import get, names
-    from plasticity.runs.state import inspect_run
-
-    if job.cfg is None or job.cfg.task.get("name") not in names():
-        return job
-    recipe = get(job.cfg.task.name)
-    if not recipe.always_run:
-        job.state = inspect_run(job.run_dir, job.cfg, recipe.sections)
-    return job
+def varying_keys(lists: list[list[str]]) -> list[str]:
+    """The override keys whose value is not the same in every job."""
+    shared = {o for o in lists[0] if all(o in job for job in lists)}
+    return sorted({o.split("=", 1)[0] for job in lists for o in job if o not in shared})
 
 
 def is_done(job: Job) -> bool:
     """The job's run is finished (done or diverged) with the same config and ``sweep.skip_done`` is
-    true: a submitting launcher leaves it out."""
-    if job.cfg is None or getattr(job.state, "kind", None) != "finished":
-        return False
-    return bool(job.cfg.sweep.get("skip_done", True))
+    true: it is left out."""
+    return job.cfg is not None and getattr(job.state, "kind", None) == "finished" and job.cfg.sweep.skip_done
 
 
 def submission_split(jobs: list[Job]) -> tuple[list[Job], list[Job]]:
-    """``(skipped, submitted)``: what a submitting launcher leaves out and what it submits."""
+    """``(skipped, submitted)``: what a plan-running launcher leaves out and what it runs."""
     return [job for job in jobs if is_done(job)], [job for job in jobs if not is_done(job)]
 
 
 def split_line(skipped: int, submitted: int, dry: bool = False) -> str:
-    """The line a submitting launcher prints (and the dry run, in the conditional)."""
+    """The line printed before the launch (and by the dry run, in the conditional)."""
     if dry:
         return f"would skip {skipped} done runs, submit {submitted}"
     return f"skipped {skipped} done runs, submitting {submitted}"
 
 
-def varying_keys(jobs: list[Job]) -> list[str]:
-    """The override keys whose value is not the same in every job."""
-    shared = {o for o in jobs[0].overrides if all(o in j.overrides for j in jobs)}
-    return sorted({o.split("=", 1)[0] for job in jobs for o in job.overrides if o not in shared})
+def completed(job: Job, record: dict[str, Any]) -> JobReturn:
+    """A completed JobReturn holding ``record``, for a job that did not return one itself."""
+    ret = JobReturn(overrides=list(job.overrides), cfg=job.cfg, working_dir=str(job.run_dir),
+                    status=JobStatus.COMPLETED)
+    ret.return_value = record
+    return ret
 
 
-def sweep_varying() -> list[str] | None:
-    """In a sweep's job: the keys that vary across the sweep (None outside a sweep)."""
-    text = os.environ.get(VARYING)
-    return None if text is None else text.split(",")
+def record_of(ret: JobReturn, job: Job) -> dict[str, Any]:
+    """The job's record from its JobReturn (``run_job`` records its own failures)."""
+    try:
+        record = ret.return_value  # re-raises what the task function raised
+    except Exception as err:
+        record = err
+    if not isinstance(record, dict):  # should not happen: recorded all the same
+        record = {"status": "failed", "error": repr(record), "run_dir": str(job.run_dir)}
+    return record
 
 
-# ----------------------------------------------------------------------------------- journal
+def summarize(sweep_dir: Path, records: list[dict[str, Any]]) -> None:
+    """Journals each record under ``<sweep_dir>/.sweeps/<id>/``, prints one row per job and the
+    counts; exits 1 naming the runs that failed.
 
-
-def journal_dir(sweep_dir: str | Path, sweep_id: str) -> Path:
-    return Path(sweep_dir) / ".sweeps" / sweep_id
-
-
-def journal(sweep_dir: str | Path, num: int, record: dict, replace: bool = True) -> None:
-    """Writes job ``num``'s record into the running sweep's journal (nothing outside a sweep).
-
-    Args:
-        sweep_dir: The sweep directory (``hydra.sweep.dir``).
-        num: The job's number in the sweep.
-        record: Its record (``result.json``'s content, or what the launcher knows of it).
-        replace: False keeps a record the job already wrote.
+    Raises:
+        SystemExit: code 1 when a run failed, was rejected or interrupted.
     """
-    sweep_id = os.environ.get(SWEEP_ID)
-    if not sweep_id:
-        return
-    path = journal_dir(sweep_dir, sweep_id) / f"{num:06d}.json"
-    if replace or not path.exists():
-        write_json_atomic(path, record)  # atomic: the summary may read the folder while jobs still write
-
-
-class SweepSummary(Callback):
-    """Journals each multirun job's record, then prints the sweep's summary."""
-
-    def __init__(self) -> None:
-        self.sweep_id: str | None = None
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.sweep_id = uuid.uuid4().hex[:12]
-        os.environ[SWEEP_ID] = self.sweep_id  # for the jobs, which may be other processes (see SWEEP_ID)
-
-    def on_job_end(self, config: DictConfig, job_return: JobReturn, **kwargs: Any) -> None:
-        hydra_cfg = HydraConfig.get()
-        # Runs in the job's process. Rank 0 alone journals a DDP run: the other ranks record nothing.
-        if hydra_cfg.mode != RunMode.MULTIRUN or not is_rank_zero():
-            return
-        try:  # return_value re-raises what the task function raised (run_job records its own failures)
-            record = job_return.return_value
-        except Exception as err:
-            record = err
-        if not isinstance(record, dict):  # should not happen: recorded all the same
-            record = {"status": "failed", "error": repr(record), "run_dir": hydra_cfg.runtime.output_dir}
-        journal(hydra_cfg.sweep.dir, hydra_cfg.job.num, record)
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        os.environ.pop(SWEEP_ID, None)  # a later launch in this process is another sweep
-        if not self.sweep_id:
-            return
-        folder = journal_dir(config.hydra.sweep.dir, self.sweep_id)
-        records = [r for p in sorted(folder.glob("*.json")) if (r := read_json(p))]
-        con = console()
-        con.print(results_table(records, title=f"sweep {self.sweep_id}: {len(records)} runs"))
-        counts = {s: sum(r.get("status") == s for r in records) for s in ("done", "diverged", "interrupted", "failed",
-                                                                           "running", "rejected")}
-        skipped = sum(bool(r.get("skipped")) and r.get("status") != "running" for r in records)
-        con.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | interrupted "
-                  f"{counts['interrupted']} (relaunch to resume) | failed "
-                  f"{counts['failed']} | running elsewhere {counts['running']} | rejected {counts['rejected']} | "
-                  f"journal {folder}", highlight=False)
-        failed = [r for r in records if r.get("status") in ("failed", "rejected", "interrupted")]
-        for r in failed:
-            con.print(f"[red]{r.get('status')}[/red] " + escape(f"{r.get('run_dir')}: {r.get('error')}"),
-                      highlight=False)
-        if failed:  # the launch's exit code says a run failed
-            raise SystemExit(1)
+    sweep_id = uuid.uuid4().hex[:12]
+    folder = sweep_dir / ".sweeps" / sweep_id
+    for num, record in enumerate(records):
+        write_json_atomic(folder / f"{num:06d}.json", record)
+    con = console()
+    con.print(results_table(records, title=f"sweep {sweep_id}: {len(records)} runs"))
+    counts = {s: sum(r.get("status") == s for r in records) for s in ("done", "diverged", "interrupted", "failed",
+                                                                       "running", "rejected")}
+    skipped = sum(bool(r.get("skipped")) and r.get("status") != "running" for r in records)
+    con.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | interrupted "
+              f"{counts['interrupted']} (relaunch to resume) | failed {counts['failed']} | running elsewhere "
+              f"{counts['running']} | rejected {counts['rejected']} | journal {folder}", highlight=False)
+    failed = [r for r in records if r.get("status") in ("failed", "rejected", "interrupted")]
+    for r in failed:
+        con.print(f"[red]{r.get('status')}[/red] " + escape(f"{r.get('run_dir')}: {r.get('error')}"), highlight=False)
+    if failed:  # the launch's exit code says a run failed
+        raise SystemExit(1)

@@ -15,22 +15,21 @@ from omegaconf import OmegaConf
 # ------------------------------------------------------------------ Hydra
 
 
-def test_expand_orders_jobs_like_hydras_basic_sweeper():
-    """sweep.expand (public API only) gives the jobs, and so their numbers, in the order of Hydra's
-    basic sweeper (private ``BasicSweeper.split_arguments``, checked against hydra-core 1.3.8)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+def test_plan_sweeper_numbers_jobs_like_hydras_basic_sweeper():
+    """PlanSweeper extends Hydra's basic sweeper, from a private module (compat.basic_sweeper, checked
+    against hydra-core 1.3.8): the sweeper Hydra registers, whose split_arguments numbers the jobs."""
+    from hydra.core.config_store import ConfigStore
 
-    from plasticity.sweep import expand
+    from plasticity.compat import basic_sweeper
+    from plasticity.sweep import PlanSweeper
 
-    params = {"model": "a,b", "seed": "1,2"}  # hydra.sweeper.params come before the command line
-    task = ["component=ln1,mha", "+extra=choice(x,y)", "optimizer.lr=0.1", "task.steps=range(1,4)", "seed=5,6"]
-    config = OmegaConf.create({"hydra": {"sweeper": {"params": params}, "overrides": {"task": task}}})
-    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()] + task)
-    hydra_jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
-    assert expand(config) == hydra_jobs, (
-        f"hydra-core {version('hydra-core')} orders a sweep's jobs differently from plasticity.sweep.expand "
-        f"(checked against 1.3.8): re-read hydra/_internal/core_plugins/basic_sweeper.py")
+    changed = (f"hydra-core {version('hydra-core')} moved or changed its basic sweeper (checked against 1.3.8): "
+               f"re-read hydra/_internal/core_plugins/basic_sweeper.py")
+    registered = ConfigStore.instance().load("hydra/sweeper/basic.yaml").node._target_
+    assert registered == f"{basic_sweeper().__module__}.{basic_sweeper().__name__}", changed
+    # params first; a later override of a key replaces the earlier one in its place; the first key varies slowest
+    jobs = PlanSweeper.job_lists({"model": "a,b", "seed": "1,2"}, ["component=ln1,mha", "seed=5", "lr=0.1"])
+    assert jobs == [[f"model={m}", "seed=5", f"component={c}", "lr=0.1"] for m in "ab" for c in ("ln1", "mha")], changed
 
 
 # ------------------------------------------------------------------ hydra-submitit-launcher

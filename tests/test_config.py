@@ -104,10 +104,11 @@ def test_seed_zero_is_kept_and_named():
 
 
 def test_quickstart_grid_is_seven_groups_on_six_held_out_targets_at_two_lrs_each():
-    from plasticity.sweep import expand
+    from plasticity.sweep import PlanSweeper
 
-    jobs = [dict(o.split("=", 1) for o in job) for name in ("quickstart", "quickstart_norms")
-            for job in expand(composed(f"experiment={name}"))]
+    grids = [composed(f"experiment={name}").hydra for name in ("quickstart", "quickstart_norms")]
+    jobs = [dict(o.split("=", 1) for o in job) for grid in grids
+            for job in PlanSweeper.job_lists(grid.sweeper.params, list(grid.overrides.task))]
     assert len(jobs) == 84  # 6 targets x 7 groups x 2 learning rates
     targets = {j["dataset"] for j in jobs}
     assert len(targets) == 6 and all(t.startswith("fashion_mnist_c/") for t in targets)

@@ -233,3 +233,49 @@ def test_local_submitit_launcher_runs_a_grid(tmp_path, data_dir):
     records = [result(run_dir(tmp_path, c, seed=s)) for c in ("ln1", "mha") for s in (0, 42)]
     assert all(r["status"] == "done" for r in records)
     assert "done 4 (skipped 0)" in proc.stdout
+
+
+def test_each_job_is_composed_validated_and_inspected_once(tmp_path, data_dir, monkeypatch):
+    """In one process (the in-process launcher): a multirun composes each job's groups once (the jobs
+    that differ only in values share it), validates and inspects each job once; a single run the same."""
+    import runpy
+
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl  # what every composition goes through
+    from hydra.core.global_hydra import GlobalHydra
+
+    import plasticity.recipes
+    import plasticity.runs.state
+
+    counts = dict.fromkeys(("compose", "validate", "inspect"), 0)
+
+    def counting(name, call):
+        def counted(*args, **kwargs):
+            counts[name] += 1
+            return call(*args, **kwargs)
+        return counted
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_configuration",
+                        counting("compose", ConfigLoaderImpl.load_configuration))
+    monkeypatch.setattr(plasticity.recipes, "validate", counting("validate", plasticity.recipes.validate))
+    monkeypatch.setattr(plasticity.runs.state, "inspect_run", counting("inspect", plasticity.runs.state.inspect_run))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))  # launch.py extends it: restored after
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+
+    def launch_here(*args):
+        monkeypatch.setattr(sys, "argv", [str(ROOT / "launch.py"), *args, *TINY, f"paths.data_dir={data_dir}"])
+        try:
+            runpy.run_path(str(ROOT / "launch.py"), run_name="__main__")
+        finally:
+            GlobalHydra.instance().clear()
+        found = dict(counts)
+        counts.update(dict.fromkeys(counts, 0))
+        return found
+
+    # Hydra composes the launch's config twice itself (the first to read hydra.mode); then the jobs: one
+    # composition per group choice, 4 jobs each pair differing only by a value.
+    multirun = launch_here("-m", "component=ln1,mha", "optimizer.lr=0.01,0.02")
+    assert multirun == {"compose": 2 + 2, "validate": 4, "inspect": 4}, multirun
+    assert all(result(run_dir(tmp_path, c, lr))["status"] == "done" for c in ("ln1", "mha") for lr in (0.01, 0.02))
+    assert launch_here("component=fc1") == {"compose": 2, "validate": 1, "inspect": 1}
+    assert result(run_dir(tmp_path, "fc1"))["status"] == "done"

@@ -154,11 +154,10 @@ def assert_same_run(a: Path, b: Path) -> None:
 
 
 @pytest.mark.parametrize("skip_done", [True, False])
-def test_launcher_submits_only_runs_not_done(tmp_path, monkeypatch, capsys, skip_done):
-    """The launchers' filter in-process (the local launcher; its plan and the submission stubbed): the
-    plan decides, the skipped job's record is journaled and returned, numbers are kept."""
+def test_the_sweeper_hands_the_launcher_only_runs_not_done(tmp_path, capsys, skip_done):
+    """The sweeper's launch in-process (the plan given, the launcher stubbed): the plan decides, the
+    skipped job's record is returned, the others go to the launcher's run_plan with their numbers."""
     from hydra.core.utils import JobReturn, JobStatus
-    from hydra_plugins.plasticity_launcher import LocalLauncher
     from omegaconf import OmegaConf
 
     from plasticity import sweep
@@ -171,35 +170,26 @@ def test_launcher_submits_only_runs_not_done(tmp_path, monkeypatch, capsys, skip
             sweep.Job(2, ["seed=2"], cfg, tmp_path / "c", state=RunState("resume"))]
     submitted: list[tuple[int, list[str]]] = []
 
-    def finished(value):  # a completed JobReturn, its value set through the public return_value setter
-        ret = JobReturn(status=JobStatus.COMPLETED)
-        ret.return_value = value
-        return ret
+    class Launcher:
+        def run_plan(self, todo, extra):
+            submitted.extend((job.num, job.overrides + [extra]) for job in todo)
+            returns = {job.num: JobReturn(status=JobStatus.COMPLETED) for job in todo}
+            for num, ret in returns.items():
+                ret.return_value = {"status": "done", "num": num}  # through the public setter
+            return returns
 
-    def submit(todo):
-        submitted.extend((job.num, job.overrides) for job in todo)
-        return {job.num: finished({"status": "done", "num": job.num}) for job in todo}
-
-    def plan_batch(overrides, first):  # the plan above; a job it does not hold does not compose
-        known = {tuple(job.overrides): job for job in plan}
-        return [known.get(tuple(o)) or sweep.Job(first + i, list(o), None) for i, o in enumerate(overrides)]
-
-    launcher = LocalLauncher(submitit_folder=str(tmp_path / ".submitit"))
-    launcher.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
-    monkeypatch.setattr(launcher, "submit", submit)
-    monkeypatch.setattr(launcher, "plan_batch", plan_batch)
-    monkeypatch.setenv(sweep.SWEEP_ID, "test")
-    returns = launcher.launch([["seed=0"], ["seed=1"], ["seed=2"], ["seed=3"]], initial_job_idx=0)
-    journaled = sweep.journal_dir(tmp_path, "test") / "000000.json"
+    sweeper = sweep.PlanSweeper()
+    sweeper.launcher = Launcher()
+    returns = sweeper.launch(plan, "hydra.sweeper.varying=['seed']")
     if skip_done:
-        assert "skipped 1 done runs, submitting 3" in capsys.readouterr().out
-        assert submitted == [(1, ["seed=1"]), (2, ["seed=2"]), (3, ["seed=3"])]  # seed=3: not in the plan
+        assert "skipped 1 done runs, submitting 2" in capsys.readouterr().out
+        assert submitted == [(1, ["seed=1", "hydra.sweeper.varying=['seed']"]),
+                             (2, ["seed=2", "hydra.sweeper.varying=['seed']"])]
         assert returns[0].return_value == {**done, "run_dir": str(tmp_path / "a"), "skipped": True}
-        assert json.loads(journaled.read_text())["skipped"] is True
     else:
-        assert "skipped 0 done runs, submitting 4" in capsys.readouterr().out
-        assert [num for num, _ in submitted] == [0, 1, 2, 3] and not journaled.exists()
-    assert [r.return_value.get("num") for r in returns[1:]] == [1, 2, 3]
+        assert "skipped 0 done runs, submitting 3" in capsys.readouterr().out
+        assert [num for num, _ in submitted] == [0, 1, 2] and returns[0].return_value["num"] == 0
+    assert [r.return_value.get("num") for r in returns[1:]] == [1, 2]
 
 
 # ----------------------------------------------------------------------------- one finished grid

@@ -1,19 +1,27 @@
-"""plasticity's launchers, where Hydra looks for launchers (the ``hydra_plugins`` namespace).
+"""plasticity's sweeper and launchers, where Hydra looks for plugins (the ``hydra_plugins`` namespace).
 
-hydra-submitit-launcher's SLURM and local launchers with :class:`plasticity.launcher.SkipDone`:
-only the runs that are not done are submitted. ``conf/hydra/launcher/slurm.yaml`` and
-``local.yaml`` name these classes.
+``conf/hydra/sweeper/plan.yaml`` and ``conf/hydra/launcher/{inprocess,slurm,local}.yaml`` name these
+classes; they are defined in :mod:`plasticity.sweep` and :mod:`plasticity.launcher`.
 """
 
 from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 
-from plasticity.launcher import SkipDone
+from plasticity.launcher import InProcess, Submits
+from plasticity.sweep import PlanSweeper as _PlanSweeper
 
 
-# SkipDone first: its launch() comes before the base launcher's in the method order.
-class SlurmLauncher(SkipDone, submitit_launcher.SlurmLauncher):
+class PlanSweeper(_PlanSweeper):
+    """``hydra/sweeper=plan``: every job planned (composed, validated, inspected) before any runs."""
+
+
+class BasicLauncher(InProcess):
+    """``hydra/launcher=inprocess``: the planned jobs, one after the other, in this process."""
+
+
+# Submits first: its run_plan() comes before the base launcher's attributes in the method order.
+class SlurmLauncher(Submits, submitit_launcher.SlurmLauncher):
     """``hydra/launcher=slurm``: one job array of the runs that are not done."""
 
 
-class LocalLauncher(SkipDone, submitit_launcher.LocalLauncher):
+class LocalLauncher(Submits, submitit_launcher.LocalLauncher):
     """``hydra/launcher=local``: submitit's local executor, for the runs that are not done."""

@@ -37,6 +37,8 @@ DECISION_ENV = "PLASTICITY_RANK0_DECISION"
 DECISION_FILE = ".ranks.json"
 ACK_FILE = ".ranks.{rank}.ack"
 """A rank's acknowledgement of the decision file (holding the launch's token)."""
+_announced: dict[str, Any] = {}
+"""This process's last decision (its Lightning-started ranks read the copy in the environment)."""
 WAIT_S = 1800.0
 """How long a non-zero rank waits for rank 0's decision (rank 0 may first wait for a data check)."""
 
@@ -94,7 +96,8 @@ def announce(run_dir: str | Path, action: str, resume: str | None = None, num_no
     written to ``<run_dir>/.ranks.json``. A single-process run writes no file.
     """
     decision = {"action": action, "resume": resume, "run_dir": str(run_dir)}
-    os.environ[DECISION_ENV] = json.dumps(decision)  # for the ranks Lightning starts from this process
+    _announced.update(decision)
+    os.environ[DECISION_ENV] = json.dumps(decision)  # for the ranks Lightning starts from this process (only)
     token = _token() if slurm_tasks() > 1 or num_nodes > 1 else None  # ranks in other processes: the file
     if token is not None and Path(run_dir).is_dir():
         write_json_atomic(Path(run_dir) / DECISION_FILE, {**decision, "token": token})
@@ -107,10 +110,8 @@ def conclude(run_dir: str | Path, num_nodes: int = 1, timeout_s: float = WAIT_S)
     Otherwise ranks may still be waiting: they are told to ``stop``, and the file is removed once
     each of them acknowledged it (within ``timeout_s``; a rank that never came finds it still there).
     """
-    # What this process announced last (the recipe announces "run" just before Trainer.fit): the same
-    # variable its Lightning-started ranks inherit.
-    last = json.loads(os.environ.get(DECISION_ENV) or "{}")
-    if last.get("run_dir") != str(run_dir) or last.get("action") != "run":
+    # What this process announced last (the recipe announces "run" just before Trainer.fit).
+    if _announced.get("run_dir") != str(run_dir) or _announced.get("action") != "run":
         announce(run_dir, "stop", num_nodes=num_nodes)
         if not _acknowledged(run_dir, _followers(num_nodes), timeout_s):
             log.warning("%s: ranks of launch %s did not read rank 0's decision within %.0f s; %s is left for them",

@@ -24,7 +24,7 @@ from plasticity.runs.record import (
     CONFIG_FILE, ERROR_FILE, FINISHED, RESULT_FILE, STARTED_FILE, config_diff, digest, protocol, read_result,
 )
 
-__all__ = ["RunState", "archive_run", "clear_stale", "conflict_message", "inspect_run"]
+__all__ = ["RunState", "archive_run", "clear_stale", "confirm", "conflict_message", "inspect_run", "stamp"]
 
 STALE = (CHECKPOINT_DIR, METRICS_FILE, ERROR_FILE, RESULT_FILE)
 """What a failed run leaves that a re-run with another config must not reuse."""
@@ -47,6 +47,18 @@ class RunState:
     record: dict | None = None
     diff: list[tuple[str, Any, Any]] = field(default_factory=list)
     holder: dict | None = None
+    stamp: tuple = ()
+
+
+def stamp(run_dir: Path) -> tuple:
+    """The ``(mtime, size)`` of each file an inspection reads (None: absent): equal later, nothing changed."""
+    found = []
+    for name in (RESULT_FILE, STARTED_FILE, CONFIG_FILE):
+        try:
+            found.append(((st := (run_dir / name).stat()).st_mtime_ns, st.st_size))
+        except OSError:
+            found.append(None)
+    return tuple(found)
 
 
 def _old_protocol(run_dir: Path, sections: tuple[str, ...]) -> dict | None:
@@ -79,6 +91,20 @@ def inspect_run(run_dir: str | Path, cfg: Any, sections: tuple[str, ...], locked
         locked: The caller holds the run's lock (so it is not ``running`` elsewhere).
     """
     run_dir = Path(run_dir)
+    seen = stamp(run_dir)  # before reading: a file written meanwhile makes confirm() inspect again
+    state = _classify(run_dir, cfg, sections, locked)
+    state.stamp = seen
+    return state
+
+
+def confirm(planned: RunState | None, run_dir: Path, cfg: Any, sections: tuple[str, ...]) -> RunState:
+    """Under the run's lock: the plan's inspection while the files it read are unchanged, else a new one."""
+    if planned is not None and planned.kind != "running" and planned.stamp == stamp(run_dir):
+        return planned
+    return inspect_run(run_dir, cfg, sections, locked=True)
+
+
+def _classify(run_dir: Path, cfg: Any, sections: tuple[str, ...], locked: bool) -> RunState:
     if not run_dir.is_dir():
         return RunState("new")
     holder = None if locked else lock_holder(run_dir)  # the caller's own lock would read as "running"
