@@ -161,13 +161,26 @@ def target_modules(model: "nn.Module", groups: str | Iterable[str], blocks: Iter
         ConfigError: a group without Linear weights or a block the model lacks.
         ValueError: nothing to adapt.
     """
-    groups = _groups(groups)
-    blocks = None if blocks is None else list(blocks)
+    groups, blocks = _checked(model, groups, blocks)
+    return _linear_names(model, groups, blocks)
+
+
+def _checked(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable[int] | None,
+             adapter: Mapping | None = None) -> tuple[list[str], list[int] | None]:
+    """The groups and blocks as lists, once the groups (and ``adapter``) and the blocks pass their checks.
+
+    Raises:
+        ConfigError: every problem, one line each.
+    """
+    groups, blocks = _groups(groups), None if blocks is None else list(blocks)
     p = Problems()
-    check_lora_groups(groups, p)
+    for problem in check_adapter(groups, adapter) if adapter else ():  # the groups, then the numbers
+        p.add(problem)
+    if not adapter:
+        check_lora_groups(groups, p)
     p.check(check_blocks, blocks, block_count(model))
     p.raise_if_any()
-    return _linear_names(model, groups, blocks)
+    return groups, blocks
 
 
 def _linear_names(model: "nn.Module", groups: list[str], blocks: list[int] | None) -> list[str]:
@@ -218,13 +231,7 @@ def apply_lora(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable
     Raises:
         ConfigError: bad rank/alpha/dropout, a group without Linear weights, a block the model lacks.
     """
-    groups = _groups(groups)
-    blocks = None if blocks is None else list(blocks)
-    p = Problems()
-    for problem in check_adapter(groups, {"name": "lora", "rank": rank, "alpha": alpha, "dropout": dropout}):
-        p.add(problem)
-    p.check(check_blocks, blocks, block_count(model))
-    p.raise_if_any()
+    groups, blocks = _checked(model, groups, blocks, {"name": "lora", "rank": rank, "alpha": alpha, "dropout": dropout})
     if lora_names(model):
         raise ValueError("the model already holds LoRA layers; apply_lora adapts a plain timm model once. "
                          "Fix: build a fresh model (plasticity.models.create_model) and adapt that.")

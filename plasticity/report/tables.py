@@ -181,9 +181,10 @@ def table6(cells: Cells, select: str = "val") -> list[dict]:
             accs = [100.0 * r["test_acc"] for r in best["records"]]
             mean, std = mean_std(accs)
             mine = [r for (d, g, _), rs in cells.items() if (d, g) == (dataset, group) for r in rs]
-            rows.append({"dataset": dataset, "group": group, "strategy": best["records"][0].get("strategy") or strategy_of(group),
-                         "label": labels[group], "params": median_params(mine), "lr": best["lr"], "mean": mean,
-                         "std": std, "n_seeds": len(accs), "accs": accs})
+            strategy = best["records"][0].get("strategy") or strategy_of(group)  # a record before `strategy`: its tag's
+            rows.append({"dataset": dataset, "group": group, "strategy": strategy, "label": labels[group],
+                         "params": median_params(mine), "lr": best["lr"], "mean": mean, "std": std,
+                         "n_seeds": len(accs), "accs": accs})
     for group in ordered_groups(r["group"] for r in rows):
         mine = [r for r in rows if r["group"] == group]
         records = [r for (_, g, _), rs in cells.items() if g == group for r in rs]

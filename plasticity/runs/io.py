@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-__all__ = ["atomic_path", "blank", "read_csv", "read_json", "read_record", "write_csv_atomic", "write_json_atomic", "write_safetensors_atomic",
-           "write_text_atomic"]
+__all__ = ["atomic_path", "blank", "read_csv", "read_json", "read_record", "write_csv_atomic", "write_json_atomic",
+           "write_safetensors_atomic", "write_text_atomic"]
 
 
 @contextmanager
