@@ -173,9 +173,8 @@ def _tokens(spec: DataSpec, splits: Splits) -> Splits:
     corrupted = getattr(spec.source, "corruption", None) is not None
     folder = token_cache_path(spec.prepared_root, spec.name, spec.severity if corrupted else None,
                               splits.split_hash, spec.tokenizer, spec.max_length)
-    parts = tokenized({"train": splits.train, "val": splits.val, "test": splits.test}, folder, spec.tokenizer,
-                      spec.max_length)
-    return Splits(parts["train"], parts["val"], parts["test"], splits.num_classes, splits.split_hash)
+    parts = {split: getattr(splits, split) for split in ("train", "val", "test")}
+    return dataclasses.replace(splits, **tokenized(parts, folder, spec.tokenizer, spec.max_length))
 
 
 def load_splits(spec: DataSpec) -> Splits:
@@ -204,8 +203,7 @@ def load_splits(spec: DataSpec) -> Splits:
     elif spec.source.kind == "files":
         prepared = open_prepared(spec.name, spec.prepared_root, spec.img_size, splits.split_hash)
         if prepared is not None:
-            splits = Splits(prepared["train"], prepared["val"], prepared["test"], splits.num_classes,
-                            splits.split_hash, prepared=True)
+            splits = dataclasses.replace(splits, **prepared, prepared=True)
         else:
             from plasticity.data.images import EvalImages  # torch + torchvision: only on the JPEG path
 
