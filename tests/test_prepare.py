@@ -139,7 +139,8 @@ def test_datamodule_jpeg_path_crops_on_the_cpu(prepared: Path) -> None:
 def test_reference_dataset_cannot_be_trained_on(tmp_path: Path) -> None:
     write_imagenet_val(tmp_path)
     dm = DataModule(DataSpec("imagenet", str(tmp_path), num_classes=3), micro_batch_size=2, num_workers=0)
-    with pytest.raises(DataError, match=r"plasticity reference .* task.reference"):
+    with pytest.raises(DataError, match=r"dataset='imagenet' is the plasticity reference .* Fix: another dataset; use "
+                                        r"it as task.reference=imagenet"):
         dm.check()
 
 

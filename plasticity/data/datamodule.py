@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from plasticity.data.images import FileDataset, eval_transform, train_transform
-from plasticity.data.sources import ArraySet, DataError, FileSet, modality
+from plasticity.data.sources import ArraySet, DataError, FileSet, modality, train_problem
 from plasticity.data.spec import DataSpec, load_splits
 from plasticity.data.splits import Splits, expected_classes
 from plasticity.data.text import TokenSet
@@ -234,11 +234,8 @@ class DataModule(L.LightningDataModule):
     def check(self) -> None:
         """Raise before any compute if the data is missing or corrupt or cannot be trained on."""
         self.spec.check()
-        if self.spec.source.reference_only:
-            raise DataError(
-                f"{self.spec.name} is the plasticity reference (its test split only) and has no training split. "
-                f"Fix: finetune on another dataset; use it as task.reference=... of task=plasticity."
-            )
+        if problem := train_problem(self.spec.name):
+            raise DataError(problem)
 
     @property
     def split_hash(self) -> str:

@@ -58,7 +58,7 @@ from plasticity.runs.io import atomic_path
 from plasticity.text.hub import package_folder
 
 __all__ = ["NUM_SEVERITIES", "SOURCES", "ArraySet", "DataError", "FileSet", "Source", "TextCorpus", "check_severity",
-           "generate_fashion_mnist_c", "modality", "read_c_layout", "source", "text_problems"]
+           "generate_fashion_mnist_c", "modality", "read_c_layout", "source", "text_problems", "train_problem"]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
@@ -821,6 +821,14 @@ def modality(name: str) -> str:
         ValueError: Unknown dataset name.
     """
     return "text" if source(name).kind == "text" else "image"
+
+
+def train_problem(name: str) -> str | None:
+    """Why dataset ``name`` cannot be trained on (the plasticity reference: its test split only), or None."""
+    if source(name).reference_only:
+        return (f"dataset={name!r} is the plasticity reference (test split only): it cannot be trained on. "
+                f"Fix: another dataset; use it as task.reference={name} of task=plasticity.")
+    return None
 
 
 def text_problems(data: Any) -> list[str]:
