@@ -22,7 +22,7 @@ from tests.fixtures import write_fashion_mnist, write_imagenet_val
 
 def test_callback_logs_group_plasticity_equal_to_a_direct_measurement(micro_vit, tmp_path):
     data_dir = write_fashion_mnist(tmp_path / "data", n_train=200, n_test=100)
-    dm = DataModule(DataSpec("fashion_mnist", str(data_dir), img_size=28), micro_batch_size=16, seed=0)
+    dm = DataModule(DataSpec("fashion_mnist", str(data_dir), img_size=28), micro_batch_size=16, seed=0, num_workers=0)
     selection = select(micro_vit, "mha")
     freeze(micro_vit, selection)
     tf = lambda train: DeviceTransform(28, [0.5] * 3, [0.5] * 3, train=train)  # noqa: E731
@@ -87,7 +87,7 @@ def test_reference_comes_from_the_runs_prepared_dir(reference_data, tmp_path) ->
     data_dir, custom = reference_data
     spec = DataSpec("fashion_mnist", str(data_dir), prepared_dir=str(custom), img_size=28, limit=32)
     callback = PlasticityCallback("imagenet", every_n_steps=1, n_pairs=16, batch_size=6, groups=("mha", "fc2"))
-    _fit(DataModule(spec, micro_batch_size=8), callback, tmp_path)
+    _fit(DataModule(spec, micro_batch_size=8, num_workers=0), callback, tmp_path)
     assert callback.reference_prepared is True
     assert callback.reference_spec == DataSpec("imagenet", str(data_dir), prepared_dir=str(custom), img_size=28)
     ri, di = callback.pair_indices
@@ -102,7 +102,7 @@ def test_reference_without_prepared_arrays_falls_back_to_jpeg(reference_data, tm
     data_dir, custom = reference_data
     spec = DataSpec("fashion_mnist", str(data_dir), img_size=28)  # default root <data_dir>/prepared: nothing there
     callback = PlasticityCallback("imagenet", every_n_steps=1, n_pairs=16, batch_size=16, groups=("ln1",))
-    _fit(DataModule(spec, micro_batch_size=8), callback, tmp_path)
+    _fit(DataModule(spec, micro_batch_size=8, num_workers=0), callback, tmp_path)
     assert callback.reference_prepared is False and callback.reference_spec.prepared_dir is None
     # the JPEG path decodes exactly what the preparation stored
     test = np.load(prepared_path("imagenet", custom, 28) / "test.npy")
@@ -135,7 +135,7 @@ def test_pretraining_writes_the_csv_from_the_random_init(tmp_path) -> None:
 
     data_dir = write_fashion_mnist(tmp_path / "data", n_train=200, n_test=100)
     spec = DataSpec("fashion_mnist", str(data_dir), img_size=28, classes=(0, 1, 2, 3, 4), num_classes=5)
-    dm = DataModule(spec, micro_batch_size=16, seed=0)
+    dm = DataModule(spec, micro_batch_size=16, seed=0, num_workers=0)
     torch.manual_seed(0)
     net = create_model("vit_micro_patch7_28", 5, depth=2)
     init = copy.deepcopy(net).eval()

@@ -18,7 +18,7 @@ from tests.fixtures import write_fashion_mnist
 
 def fit(micro_vit, tmp_path, bar, accumulation=1):
     data_dir = write_fashion_mnist(tmp_path / "data", n_train=200, n_test=100)
-    dm = DataModule(DataSpec("fashion_mnist", str(data_dir), img_size=28), micro_batch_size=8, seed=0)
+    dm = DataModule(DataSpec("fashion_mnist", str(data_dir), img_size=28), micro_batch_size=8, seed=0, num_workers=0)
     selection = select(micro_vit, "ln1")
     freeze(micro_vit, selection)
     tf = lambda train: DeviceTransform(28, [0.5] * 3, [0.5] * 3, train=train)  # noqa: E731
