@@ -219,7 +219,7 @@ def test_task_dashboard_writes_the_spec_and_prints_the_push_command(tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("task.online=maybe", "task.online='maybe'; choices: auto"),
+    ("task.online=maybe", "task.online='maybe' must be auto or true or false"),
     ("task.online=true", "task.online=true but there is no W&B API key"),
     ("task.project=''", "task.project=''"),
 ])
