@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import lightning as L
 import numpy as np
 import torch
 
-from plasticity.components import GROUPS
 from plasticity.data import DataSpec, load_splits
-from plasticity.measure import MODES, as_inputs, measure, pair_indices, pair_inputs
+from plasticity.measure import as_inputs, measure, pair_indices, pair_inputs
 from plasticity.runs.checkpoints import DURING_TRAINING
 from plasticity.runs.io import write_csv_atomic
-from plasticity.validate import Problems, check_plasticity_options
+from plasticity.schema import PlasticityCallback as Options
+from plasticity.schema import check_node
+from plasticity.validate import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,9 @@ class PlasticityCallback(L.Callback):
     ``name=reference`` and no training limit or class count, so a JPEG reference comes from its
     ``task=prepare`` arrays whenever they exist (:attr:`reference_prepared`).
 
+    The arguments are ``conf/callbacks/plasticity.yaml``'s options (the home of their defaults),
+    checked by their schema (:class:`plasticity.schema.PlasticityCallback`) as the launch checks them.
+
     Args:
         reference: Dataset of the reference images (the pretraining distribution).
         every_n_steps: Optimizer steps between measurements.
@@ -64,14 +69,14 @@ class PlasticityCallback(L.Callback):
         pairs: The paired uint8 images ``(n_pairs, C, H, W)`` each, kept on the host.
     """
 
-    def __init__(self, reference: str, every_n_steps: int = 100, n_pairs: int = 256, batch_size: int = 128,
-                 mode: str = "embedding", groups: tuple[str, ...] = GROUPS, downstream: str | None = None,
-                 downstream_classes: list[int] | None = None, window: int | None = None) -> None:
-        p = Problems()  # the launch checked the same options (validate.check_callbacks): one rule for both
-        check_plasticity_options(p, type(self).__name__, {"every_n_steps": every_n_steps, "n_pairs": n_pairs,
-                                                          "batch_size": batch_size, "mode": mode, "groups": groups},
-                                 GROUPS, MODES)
-        p.raise_if_any()
+    def __init__(self, reference: str, every_n_steps: int, n_pairs: int, batch_size: int, mode: str,
+                 groups: tuple[str, ...], downstream: str | None, downstream_classes: list[int] | None,
+                 window: int | None) -> None:
+        options = {k: list(v) if isinstance(v, Sequence) and not isinstance(v, str) else v  # ListConfig: a list
+                   for k, v in locals().items() if k != "self"}
+        problems = check_node(Options, options, type(self).__name__)
+        if problems:
+            raise ConfigError(problems)
         self.reference = reference
         self.every_n_steps, self.n_pairs, self.batch_size = every_n_steps, n_pairs, batch_size
         self.mode, self.groups = mode, tuple(groups)

@@ -19,6 +19,14 @@ from plasticity.models import create_model
 from plasticity.module import FinetuneModule
 from tests.fixtures import write_fashion_mnist, write_imagenet_val
 
+OPTIONS = dict(every_n_steps=100, n_pairs=256, batch_size=128, mode="embedding", groups=GROUPS, downstream=None,
+               downstream_classes=None, window=None)
+"""conf/callbacks/plasticity.yaml's options (the constructor has no defaults of its own)."""
+
+
+def plasticity_callback(reference, **options):
+    return PlasticityCallback(reference, **{**OPTIONS, **options})
+
 
 def test_callback_logs_group_plasticity_equal_to_a_direct_measurement(micro_vit, tmp_path):
     data_dir = write_fashion_mnist(tmp_path / "data", n_train=200, n_test=100)
@@ -28,7 +36,7 @@ def test_callback_logs_group_plasticity_equal_to_a_direct_measurement(micro_vit,
     tf = lambda train: DeviceTransform(28, [0.5] * 3, [0.5] * 3, train=train)  # noqa: E731
     module = FinetuneModule(micro_vit, selection, 10, functools.partial(torch.optim.SGD, lr=0.0),
                             max_steps=4, warmup_steps=0, train_transform=tf(True), eval_transform=tf(False))
-    callback = PlasticityCallback("fashion_mnist", every_n_steps=2, n_pairs=24, batch_size=10)
+    callback = plasticity_callback("fashion_mnist", every_n_steps=2, n_pairs=24, batch_size=10)
     logger = L.pytorch.loggers.CSVLogger(tmp_path, name="", version="")
     trainer = L.Trainer(accelerator="cpu", max_steps=4, logger=logger, callbacks=[callback], default_root_dir=tmp_path,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -86,7 +94,7 @@ def reference_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path
 def test_reference_comes_from_the_runs_prepared_dir(reference_data, tmp_path) -> None:
     data_dir, custom = reference_data
     spec = DataSpec("fashion_mnist", str(data_dir), prepared_dir=str(custom), img_size=28, limit=32)
-    callback = PlasticityCallback("imagenet", every_n_steps=1, n_pairs=16, batch_size=6, groups=("mha", "fc2"))
+    callback = plasticity_callback("imagenet", every_n_steps=1, n_pairs=16, batch_size=6, groups=("mha", "fc2"))
     _fit(DataModule(spec, micro_batch_size=8, num_workers=0), callback, tmp_path)
     assert callback.reference_prepared is True
     assert callback.reference_spec == DataSpec("imagenet", str(data_dir), prepared_dir=str(custom), img_size=28)
@@ -101,7 +109,7 @@ def test_reference_comes_from_the_runs_prepared_dir(reference_data, tmp_path) ->
 def test_reference_without_prepared_arrays_falls_back_to_jpeg(reference_data, tmp_path) -> None:
     data_dir, custom = reference_data
     spec = DataSpec("fashion_mnist", str(data_dir), img_size=28)  # default root <data_dir>/prepared: nothing there
-    callback = PlasticityCallback("imagenet", every_n_steps=1, n_pairs=16, batch_size=16, groups=("ln1",))
+    callback = plasticity_callback("imagenet", every_n_steps=1, n_pairs=16, batch_size=16, groups=("ln1",))
     _fit(DataModule(spec, micro_batch_size=8, num_workers=0), callback, tmp_path)
     assert callback.reference_prepared is False and callback.reference_spec.prepared_dir is None
     # the JPEG path decodes exactly what the preparation stored
@@ -142,7 +150,7 @@ def test_pretraining_writes_the_csv_from_the_random_init(tmp_path) -> None:
     tf = lambda train: DeviceTransform(28, [0.5] * 3, [0.5] * 3, train=train)  # noqa: E731
     module = FinetuneModule(net, select(net, "all"), 5, functools.partial(torch.optim.AdamW, lr=1e-2),
                             max_steps=4, warmup_steps=0, train_transform=tf(True), eval_transform=tf(False))
-    callback = PlasticityCallback("fashion_mnist", every_n_steps=2, n_pairs=24, batch_size=10,
+    callback = plasticity_callback("fashion_mnist", every_n_steps=2, n_pairs=24, batch_size=10,
                                   downstream="fashion_mnist_c/snow", downstream_classes=[5, 6, 7, 8, 9])
     trainer = L.Trainer(accelerator="cpu", max_steps=4, logger=False, callbacks=[callback], default_root_dir=tmp_path,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
@@ -171,7 +179,7 @@ def test_pretraining_writes_the_csv_from_the_random_init(tmp_path) -> None:
         assert at[(0, g, "all")] == pytest.approx(np.mean([r["mean"] for r in direct if r["group"] == g]), rel=1e-6)
         assert at[(4, g, "all")] != pytest.approx(at[(0, g, "all")], rel=1e-3)  # the weights moved
 
-    restored = PlasticityCallback("fashion_mnist", every_n_steps=2)
+    restored = plasticity_callback("fashion_mnist", every_n_steps=2)
     restored.load_state_dict(callback.state_dict())
     assert restored.rows == callback.rows and restored._last_step == 4
 

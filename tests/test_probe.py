@@ -245,29 +245,29 @@ def test_probes_on_other_features_are_configurations_of_their_own(tmp_path):
 
 
 def test_every_bad_task_value_is_named_with_its_choices_or_range():
-    from plasticity.recipes.linear_probe import check_probe_task
+    from plasticity.devices import check_device
+    from plasticity.schema import LinearProbe, check_node
 
-    task = OmegaConf.create({"features": "logits", "pool": "max", "C": -1, "select_c": "yes", "c_grid": [1, 0],
-                             "max_iter": 0, "tol": 0, "batch_size": 2.5, "precision": "16", "dtype": "half",
-                             "device": "tpu"})
-    p = Problems()
-    check_probe_task(task, p)
-    text = "\n".join(p.items)
-    assert len(p.items) == 11, text
+    good = OmegaConf.to_container(task_cfg().task, resolve=True)
+    assert check_node(LinearProbe, good, "task") == []
+    bad = {**good, "features": "logits", "pool": "max", "C": -1, "select_c": "yes", "c_grid": [1, 0], "max_iter": 0,
+           "tol": 0, "batch_size": 2.5, "precision": "16", "dtype": "half"}
+    problems = check_node(LinearProbe, bad, "task")
+    text = "\n".join(problems)
+    assert len(problems) == 10, text
     for expected in ("task.features='logits'; choices: block_output, pre_logits. Fix:",
                      "task.pool='max'; choices: mean, cls. Fix: task.pool=mean",
                      "task.C=-1 must be a finite positive number. Fix: e.g. task.C=1.0",
                      "task.select_c='yes' must be true or false",
-                     "task.c_grid=[1, 0] must be a non-empty list of finite positive numbers",
+                     "task.c_grid=[1, 0] must be a non-empty list of values, each a finite positive number",
                      "task.max_iter=0 must be a positive integer", "task.tol=0 must be a finite positive number",
                      "task.batch_size=2.5 must be a positive integer",
                      "task.precision='16'; choices: auto, 32-true, bf16-mixed",
-                     "task.dtype='half'; choices: float64, float32", "task.device='tpu'; choices: auto, cpu, cuda"):
+                     "task.dtype='half'; choices: float64, float32"):
         assert expected in text
-    good = task_cfg().task
     p = Problems()
-    check_probe_task(good, p)
-    assert p.items == []
+    check_device("tpu", p, local=True)
+    assert p.items and p.items[0].startswith("task.device='tpu'; choices: auto, cpu, cuda")
 
 
 # ----------------------------------------------------------------------------------- end to end

@@ -325,7 +325,8 @@ def test_text_problems_through_validate():
     from plasticity.validate import Problems, check_dataset_values
 
     data = OmegaConf.create({"name": "text/debates", "severity": 5, "num_workers": 0, "num_classes": None,
-                             "limit": None, "mean": [0.5] * 3, "std": [0.5] * 3, "crop_scale": [0.08, 1.0],
+                             "classes": None, "limit": None, "mean": [0.5] * 3, "std": [0.5] * 3,
+                             "crop_scale": [0.08, 1.0],
                              "augment": False, "hflip": True, "download": False, "max_length": 1})
     p = Problems()
     check_dataset_values(data, p)

@@ -25,17 +25,9 @@ import pkgutil
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from plasticity.validate import (
-    Problems,
-    check_bool_words,
-    check_flags,
-    check_resolves,
-    check_run_folder,
-    check_run_path,
-    check_top_level,
-)
+from plasticity.validate import Problems, check_run_folder, check_run_path, resolved
 
 __all__ = ["REGISTRY", "Recipe", "get", "names", "register", "tree_sections", "validate"]
 
@@ -96,23 +88,24 @@ def tree_sections(recipe: type[Recipe]) -> tuple[str, ...]:
 
 
 def validate(cfg: DictConfig, local: bool = True) -> list[str]:
-    """Every problem of a job's config, each a message with its fix (empty: good to run).
+    """Every problem of a job's config, each a message with its fix (empty: good to run): each key
+    against :mod:`plasticity.schema`, then the task's rules between keys and of what they name.
 
     Args:
         cfg: The composed job config.
         local: The job runs on this machine (False: a SLURM launch, whose device checks happen
             on the node).
     """
+    from plasticity.schema import check
+
     p = Problems()
-    if not check_resolves(cfg, p):  # every check below reads values: a key that cannot resolve stops here
+    raw = OmegaConf.to_container(cfg, resolve=False)
+    values = resolved(cfg, raw, p)
+    if values is None or not p.check(get, (values.get("task") or {}).get("name")):  # nothing more can be read
         return p.items
-    check_top_level(cfg, p)  # a mistyped key (+optimzer.lr=1) is reported whatever the task
-    check_flags(cfg, p)
-    task = cfg.get("task", {}).get("name")
-    if p.check(get, task):  # an unknown task: get's message, and nothing more to check
-        get(task).validate(cfg, p, local)
-    # Last: these read every key, and skip the keys the checks above already named.
-    check_bool_words(cfg, p)
-    check_run_path(cfg, p)
-    check_run_folder(cfg, p)
+    for problem in check(values):
+        p.add(problem)
+    get(values["task"]["name"]).validate(cfg, p, local)
+    check_run_path(raw, values, p)
+    check_run_folder(cfg, raw, values, p)
     return p.items

@@ -8,16 +8,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Iterator
 
 from omegaconf import DictConfig
 
-from plasticity.devices import autocast, device
-from plasticity.validate import (
-    Problems,
-    check_dataset,
-    check_dataset_values,
-    check_model,
-    check_seed,
-    one_of,
-    positive_int,
-)
+from plasticity.devices import autocast, check_device, device
+from plasticity.validate import Problems, check_dataset, check_dataset_values, check_model
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,8 +37,8 @@ class RecipeBase:
         self.resume = resume
 
     @classmethod
-    def validate(cls, cfg: DictConfig, problems: Problems, local: bool = True) -> None:
-        check_seed(cfg, problems)
+    def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
+        """Adds the problems between keys and of what they name (each key's own: :mod:`plasticity.schema`)."""
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
@@ -71,19 +63,12 @@ class AnalysisRecipe(RecipeBase):
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
-        from plasticity.measure import PAIRINGS
-
-        super().validate(cfg, p, local)
-        task = cfg.task
         check_model(cfg, p)
         check_dataset(cfg, p, cfg.dataset.name)
-        check_dataset(cfg, p, task.reference, key="task.reference")
+        check_dataset(cfg, p, cfg.task.reference, key="task.reference")
         check_dataset_values(cfg.dataset, p)
-        for key in ("n_pairs", "batch_size"):
-            positive_int(p, f"task.{key}", task[key])
-        one_of(p, "task.pairing", task.pairing, PAIRINGS, "task.pairing=sequential (the official code's).")
-        p.require(task.precision in ("32-true", "bf16-mixed"),
-                  f"task.precision={task.precision!r}; choices: 32-true, bf16-mixed.")
+        if not p.names("task.device"):
+            check_device(cfg.task.device, p, local)
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:

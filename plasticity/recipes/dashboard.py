@@ -20,11 +20,8 @@ from plasticity.validate import Problems
 
 log = logging.getLogger(__name__)
 
-ONLINE_CHOICES = ("auto", True, False)
 OUT_DIR = "dashboard"
 SPEC_FILE = "workspace.json"
-TEXT_KEYS = ("entity", "workspace", "dataset", "model", "group")
-"""``task`` keys that are null or a non-empty string."""
 
 
 def sweep_problem(sweep_dir: Any) -> str | None:
@@ -70,24 +67,8 @@ class Dashboard(RecipeBase):
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
         from plasticity.tracking.dashboard import has_credentials
 
-        task = cfg.task
-        problem = sweep_problem(cfg.get("sweep_dir"))
-        if problem:
-            p.add(problem)
-        online = task.get("online")
-        p.require(isinstance(online, bool) or online == "auto",
-                  f"task.online={online!r}; choices: auto (save when W&B can be reached, else write "
-                  f"workspace.json), true (save, fail otherwise), false (write workspace.json only). "
-                  f"Fix: task.online=auto.")
-        project = task.get("project")
-        p.require(isinstance(project, str) and project.strip() != "",
-                  f"task.project={project!r}; it must be the W&B project of the runs (logger.wandb.project). "
-                  f"Fix: task.project=plasticity.")
-        for key in TEXT_KEYS:
-            value = task.get(key)
-            p.require(value is None or (isinstance(value, str) and value.strip() != ""),
-                      f"task.{key}={value!r}; it must be null or a non-empty string. Fix: task.{key}=null.")
-        if online is True and not has_credentials():
+        p.require(not (problem := sweep_problem(cfg.sweep_dir)), problem)
+        if cfg.task.online is True and not has_credentials():
             p.add("task.online=true but there is no W&B API key (WANDB_API_KEY unset, no netrc entry). "
                   "Fix: wandb login (or export WANDB_API_KEY=<key>), or task.online=auto to write "
                   "workspace.json and push it later.")

@@ -29,7 +29,6 @@ from omegaconf import DictConfig
 from plasticity.adapters import apply_lora, check_job_adapter, export_merged
 from plasticity.components import (
     AUTO,
-    GROUPS,
     adapter_of,
     blocks_of,
     check_strategy,
@@ -57,8 +56,6 @@ from plasticity.validate import (
     check_model,
     check_optimizer,
     check_trainer,
-    is_int,
-    positive_int,
     world_size,
 )
 
@@ -83,9 +80,6 @@ class Finetune(RecipeBase):
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
-        from plasticity.measure import MODES  # here: measure loads torch, a launch's check does not need it at import
-
-        super().validate(cfg, p, local)
         groups = check_strategy(cfg, p)
         if groups is not None:  # an adapter is checked against the groups it would adapt
             check_job_adapter(cfg, groups, p)
@@ -93,9 +87,9 @@ class Finetune(RecipeBase):
         check_dataset(cfg, p, cfg.dataset.name, trains=True)
         check_dataset_values(cfg.dataset, p)
         check_optimizer(cfg, p)
-        check_steps(cfg.task, p, world_size(cfg.get("trainer")) or 1)
+        check_steps(cfg, p)
         check_trainer(cfg, p, local)
-        check_callbacks(cfg, p, GROUPS, MODES)
+        check_callbacks(cfg, p)
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
@@ -285,31 +279,18 @@ def instantiate_each(group: DictConfig) -> list:
     return [hydra.utils.instantiate(node) for node in group.values() if node]
 
 
-def check_steps(task: DictConfig, p: Problems, world: int = 1) -> None:
-    """Steps, warmup, validation interval and batch sizes of a training task (``world``: its
-    processes, ``trainer.devices`` x ``trainer.num_nodes``)."""
-    ok = all([positive_int(p, f"task.{key}", task.get(key)) for key in
-              ("max_steps", "val_every", "batch_size", "micro_batch_size", "eval_batch_size")])
-    if not ok:
+def check_steps(cfg: DictConfig, p: Problems) -> None:
+    """The warmup and validation interval within the steps, and a global batch of whole micro-batches on
+    each of the run's processes (``trainer.devices`` x ``trainer.num_nodes``)."""
+    task, world = cfg.task, world_size(cfg.trainer)
+    if world is None or p.names("task"):  # their types and ranges first (check_distributed names the processes)
         return
-    p.require(is_int(task.warmup_steps) and 0 <= task.warmup_steps < task.max_steps,
+    p.require(task.warmup_steps < task.max_steps,
               f"task.warmup_steps={task.warmup_steps!r} must be an integer in [0, task.max_steps={task.max_steps}). "
               f"Fix: lower task.warmup_steps or raise task.max_steps.")
-    if world == 1:
-        p.require(task.batch_size % task.micro_batch_size == 0,
-                  f"the effective batch task.batch_size={task.batch_size} is not divisible by "
-                  f"task.micro_batch_size={task.micro_batch_size}; gradient accumulation needs a whole number of "
-                  f"micro-batches. Fix: a micro-batch that divides it (e.g. "
-                  f"task.micro_batch_size={_largest_divisor(task.batch_size, task.micro_batch_size)}).")
-    else:
-        check_global_batch(task, p, world)
     p.require(task.val_every <= task.max_steps,
               f"task.val_every={task.val_every} exceeds task.max_steps={task.max_steps}: no validation would run and "
               f"no best checkpoint could be chosen. Fix: task.val_every<={task.max_steps}.")
-
-
-def check_global_batch(task: DictConfig, p: Problems, world: int) -> None:
-    """The global batch of a run of ``world`` processes is a whole number of micro-batches on each."""
     per_step = task.micro_batch_size * world
     if task.batch_size % per_step == 0:
         return
@@ -319,9 +300,10 @@ def check_global_batch(task: DictConfig, p: Problems, world: int) -> None:
         nearest = per_step * max(1, round(task.batch_size / per_step))
         fix = (f"a task.batch_size divisible by {per_step} (e.g. task.batch_size={nearest}), "
                f"or a process count that divides {task.batch_size}")
+    processes = f" x {world} processes (trainer.devices x trainer.num_nodes) = {per_step}" if world > 1 else ""
     p.add(f"the global batch task.batch_size={task.batch_size} is not divisible by task.micro_batch_size="
-          f"{task.micro_batch_size} x {world} processes (trainer.devices x trainer.num_nodes) = {per_step}: every "
-          f"optimizer step must be a whole number of micro-batches on each process. Fix: {fix}.")
+          f"{task.micro_batch_size}{processes}: every optimizer step must be a whole number of micro-batches on "
+          f"each process. Fix: {fix}.")
 
 
 def _largest_divisor(n: int, below: int) -> int:

@@ -21,26 +21,16 @@ standardisation; metadata: C, features, pool) and returns the record's fields (`
 from __future__ import annotations
 
 import logging
-import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig
 
 from plasticity.devices import autocast, check_device, device, precision
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
-from plasticity.validate import (
-    Problems,
-    check_dataset,
-    check_dataset_values,
-    check_model,
-    is_number,
-    one_of,
-    positive_int,
-    positive_number,
-)
+from plasticity.validate import Problems, check_dataset, check_dataset_values, check_model, model_modality
 
 if TYPE_CHECKING:
     import torch
@@ -63,17 +53,16 @@ class LinearProbe(RecipeBase):
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
-        super().validate(cfg, p, local)
+        from plasticity.probe import pool_problem
+
         check_model(cfg, p)
         check_dataset(cfg, p, cfg.dataset.name, trains=True)
         check_dataset_values(cfg.dataset, p)
-        check_probe_task(cfg.task, p, local)
-        from plasticity.validate import model_modality
-
-        p.require(model_modality(cfg) == "image" or cfg.task.pool != "cls",
-                  f"task.pool=cls but model.name={cfg.model.name!r} is a text model: it has no class token to read "
-                  f"(its features are pooled as its head pools them: the mean of the real tokens for an encoder, the "
-                  f"last real token for a decoder). Fix: task.pool=mean.")
+        if not p.names("task.device"):
+            check_device(cfg.task.device, p, local)
+        if not p.names("model.name") and (problem := pool_problem(cfg.task.pool, f"model.name={cfg.model.name!r}",
+                                                                  model_modality(cfg) == "text")):
+            p.add(problem)
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
@@ -278,35 +267,3 @@ class LinearProbe(RecipeBase):
         summary = {k: v for k, v in fields.items() if isinstance(v, (int, float, str, bool))}
         log_analysis(self.cfg, self.identity(self.cfg), self.run_dir, tables={"c_grid": grid}, images={},
                      summary=summary)
-
-
-# ----------------------------------------------------------------------------------- checks
-
-
-def check_probe_task(task: DictConfig, p: Problems, local: bool = True) -> None:
-    """Every ``task.*`` value of the probe: choices, positive numbers, the grid, the device."""
-    from plasticity.probe import FEATURES, POOLS
-
-    one_of(p, "task.features", task.get("features"), FEATURES,
-           "task.features=block_output (the last block's output, as the official code).")
-    one_of(p, "task.pool", task.get("pool"), POOLS,
-           "task.pool=mean (every token, as the official code) or task.pool=cls.")
-    positive_number(p, "task.C", task.get("C"), "1.0")
-    p.require(isinstance(task.get("select_c"), bool),
-              f"task.select_c={task.get('select_c')!r} must be true or false. Fix: task.select_c=true to choose C "
-              f"on validation accuracy over task.c_grid.")
-    check_grid(task.get("c_grid"), p)
-    positive_int(p, "task.max_iter", task.get("max_iter"), " Fix: e.g. task.max_iter=5000.")
-    positive_number(p, "task.tol", task.get("tol"), "1e-4")
-    positive_int(p, "task.batch_size", task.get("batch_size"), " Fix: e.g. task.batch_size=256.")
-    one_of(p, "task.precision", task.get("precision"), PRECISIONS,
-           "task.precision=auto (bf16-mixed on CUDA, 32-true on the CPU).")
-    one_of(p, "task.dtype", task.get("dtype"), DTYPES, "task.dtype=float64 (the regression's dtype; matches sklearn).")
-    check_device(task.get("device"), p, local)
-
-
-def check_grid(grid: Any, p: Problems) -> None:
-    values = list(grid) if isinstance(grid, (ListConfig, list, tuple)) else None
-    ok = bool(values) and all(is_number(v) and math.isfinite(v) and v > 0 for v in values)
-    p.require(ok, f"task.c_grid={grid!r} must be a non-empty list of finite positive numbers. "
-                  f"Fix: e.g. task.c_grid=[1e-3,1e-2,1e-1,1,10,100].")

@@ -17,10 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from plasticity.components import GROUPS
 from plasticity.recipes import register
 from plasticity.recipes.base import AnalysisRecipe
-from plasticity.validate import Problems, one_of
 
 log = logging.getLogger(__name__)
 CSV_COLUMNS = ("group", "block", "depth_pct", "mean", "std", "ci95_low", "ci95_high", "n_pairs", "distinct_pairs",
@@ -32,15 +30,6 @@ class Plasticity(AnalysisRecipe):
     """Recipe of ``task=plasticity``."""
 
     name = "plasticity"
-
-    @classmethod
-    def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
-        from plasticity.measure import MODES
-
-        super().validate(cfg, p, local)
-        one_of(p, "task.mode", cfg.task.mode, MODES, "task.mode=embedding (the paper's numbers).")
-        for group in cfg.task.get("groups", []):
-            p.require(group in GROUPS, f"task.groups has {group!r}; choices: {', '.join(GROUPS)}.")
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:

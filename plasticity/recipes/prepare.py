@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
-from plasticity.validate import Problems, check_dataset, check_dataset_values, check_model, is_int, positive_int
+from plasticity.validate import Problems, check_dataset, check_dataset_values, check_model
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +28,6 @@ def check_data_task(cfg: DictConfig, p: Problems) -> None:
     check_model(cfg, p)
     check_dataset(cfg, p, cfg.dataset.name)
     check_dataset_values(cfg.dataset, p)
-    size = cfg.task.img_size
-    p.require(size is None or (is_int(size) and size > 0),
-              f"task.img_size={size!r} must be a positive integer or null (the model's input side).")
 
 
 @register
@@ -44,10 +41,6 @@ class Prepare(RecipeBase):
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
         check_data_task(cfg, p)
-        positive_int(p, "task.train_size", cfg.task.train_size)
-        workers = cfg.task.workers
-        p.require(workers == "auto" or (is_int(workers) and workers > 0),
-                  f"task.workers={workers!r} must be a positive integer or auto (all cores but one).")
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:

@@ -29,12 +29,7 @@ class Report(RecipeBase):
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
         from plasticity.report import check_sweep_dir
 
-        problem = check_sweep_dir(cfg.sweep_dir)
-        if problem:
-            p.add(problem)
-        p.require(cfg.task.select in ("val", "test"),
-                  f"task.select={cfg.task.select!r}; choices: val (learning rate chosen on validation), "
-                  f"test (the paper's choice). Fix: task.select=val.")
+        p.require(not (problem := check_sweep_dir(cfg.sweep_dir)), problem)
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
@@ -44,7 +39,7 @@ class Report(RecipeBase):
         from plasticity.report import write_report
 
         result = write_report(self.cfg.sweep_dir, self.cfg.task.select, out_dir=self.run_dir,
-                              optimizer=self.cfg.task.get("optimizer"))
+                              optimizer=self.cfg.task.optimizer)
         print(f"report: {result.path} ({result.runs} runs, {result.done} done, {len(result.problems)} problems)")
         headline(result.path.parent)
         if wandb_enabled(self.cfg):

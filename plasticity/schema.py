@@ -1,0 +1,582 @@
+"""The typed schema of every option: types, choices and ranges declared once, beside the field.
+
+One dataclass per config group (per task, per adapter and per image or text dataset where their
+keys differ); the defaults live in ``conf/`` only, so no field has one. A field's metadata
+(:func:`rule`) holds its range (``ge``, ``gt``, ``le``, ``lt``, ``min_len``), its choices when they
+have a home elsewhere (``"module:NAME"``, read when checked) and its fix. A node with a
+``_target_`` (the optimizer, the trainer, loggers, callbacks) is checked against its target's own
+signature, the library's type hints, with the project's narrower rules (:class:`Optimizer`,
+:class:`Trainer`) on top. :func:`check` walks a resolved job config once and returns every
+problem, one line each: the key, the value, what it may be and the fix.
+
+Example:
+    >>> check_node(Lora, {"name": "lora", "rank": 0, "alpha": 16, "dropout": 0.0}, "adapter")[0][:40]
+    'adapter.rank=0 must be a positive intege'
+"""
+
+import builtins
+import dataclasses
+import functools
+import importlib
+import inspect
+import math
+import types
+import typing
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Union
+
+from plasticity.errors import did_you_mean
+
+BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+"""Words that mean a boolean but reach the config as text (``key='true'`` quoted, ``key=yes``)."""
+
+
+def rule(fix: str | None = None, **rules: Any) -> Any:
+    """A schema field without a default: its ``fix`` (the message's end) and ``rules``: ``ge``, ``gt``,
+    ``le``, ``lt`` (numbers, or each number of a list), ``min_len``, ``choices`` (``"module:NAME"``)."""
+    return dataclasses.field(metadata={"fix": fix, **rules})
+
+
+class Target:
+    """The hint of a node built from its ``_target_``: its keys are the target's arguments (metadata
+    ``overlay``: a schema whose fields narrow them; ``by_target``: overlays per target)."""
+
+
+# ----------------------------------------------------------------------------------- groups
+
+
+@dataclass
+class Sweep:
+    skip_done: bool
+    overwrite: bool
+    dry_run: bool
+
+
+@dataclass
+class Paths:
+    root_dir: str
+    data_dir: str
+    output_dir: str
+    prepared_dir: str
+
+
+@dataclass
+class Model:
+    name: str
+    pretrained: bool
+    weights_file: Optional[str]
+    kwargs: dict[str, Any]
+
+
+RGB = "one per RGB channel (grey images are expanded to RGB)"
+
+
+@dataclass
+class ImageData:
+    name: str
+    severity: int  # its range: plasticity.data's check_severity
+    download: bool
+    limit: Optional[int] = rule(gt=0, fix="e.g. dataset.limit=1000, or null (every training example)")
+    eval_limit: Optional[int] = rule(gt=0, fix="e.g. dataset.eval_limit=500, or null (every example)")
+    num_workers: Union[Literal["auto"], int] = rule(ge=0, fix="dataset.num_workers=auto (0 without CUDA, else up "
+                                                              "to 8)")
+    num_classes: Optional[int] = rule(gt=0, fix="dataset.num_classes=null (the dataset's own)")
+    classes: Optional[list[int]] = rule(ge=0, fix="e.g. dataset.classes=[5,6,7,8,9] dataset.num_classes=5")
+    mean: tuple[float, float, float] = rule(fix=f"e.g. dataset.mean=[0.485,0.456,0.406] (ImageNet), {RGB}")
+    std: tuple[float, float, float] = rule(gt=0, fix=f"e.g. dataset.std=[0.229,0.224,0.225] (ImageNet), {RGB}")
+    augment: bool
+    crop_scale: tuple[float, float] = rule(gt=0, le=1, fix="e.g. dataset.crop_scale=[0.08,1.0] (torchvision's)")
+    hflip: bool
+
+
+@dataclass
+class TextData(ImageData):
+    max_length: int  # its range: plasticity.data's text checks
+    window: Optional[int]
+
+
+@dataclass
+class Auto:
+    reference: str
+    n_pairs: int = rule(gt=0, fix="e.g. component.auto.n_pairs=1024")
+    batch_size: int = rule(gt=0, fix="e.g. component.auto.batch_size=64")
+    budget: Optional[float] = rule(gt=0, le=1, fix="e.g. component.auto.budget=0.05, or null (the most plastic "
+                                                   "whole group)")
+
+
+@dataclass
+class Component:
+    name: str
+    train_final_norm: bool
+    blocks: Optional[list[int]] = rule(ge=0, min_len=1, fix="e.g. component.blocks=[8,9,10,11], or null (every "
+                                                            "block)")
+    lr_scale: Optional[dict[str, float]] = rule(gt=0, fix="e.g. component.lr_scale={ln1: 10}")
+
+
+@dataclass
+class AutoComponent(Component):
+    auto: Auto
+
+
+@dataclass
+class NoAdapter:
+    name: Literal[None, "none"]
+
+
+@dataclass
+class Lora:
+    name: Literal["lora"] = rule(fix="adapter=lora or adapter=none")
+    rank: int = rule(gt=0, fix="e.g. adapter.rank=8 (the rank r of each update B @ A)")
+    alpha: float = rule(gt=0, fix="e.g. adapter.alpha=16 (the update is scaled by alpha / rank)")
+    dropout: float = rule(ge=0, lt=1, fix="adapter.dropout=0.0 (none) or e.g. 0.1")
+
+
+@dataclass
+class Optimizer:
+    """Narrower than torch: ``_partial_`` (the module passes the parameters), ``lr`` and ``momentum``
+    below 1 (every schedule here assumes it); the other arguments are the class's own."""
+
+    _target_: str
+    _partial_: Literal[True] = rule(fix="optimizer._partial_=true (the module builds the optimizer from the "
+                                        "trainable parameters)")
+    lr: float = rule(gt=0, fix="e.g. optimizer.lr=1e-2")
+    momentum: float = rule(ge=0, lt=1, fix="e.g. optimizer.momentum=0.9")
+
+
+@dataclass
+class Trainer:
+    """Narrower than Lightning's Trainer: its other arguments are checked by its own hints and by
+    building it (:func:`plasticity.validate.check_trainer`)."""
+
+    _target_: str
+    strategy: Literal["auto", "ddp"] = rule(fix="trainer.strategy=ddp (auto: Lightning's ddp when trainer.devices x "
+                                                "trainer.num_nodes > 1)")
+    precision: str = rule(fix="trainer.precision=auto (bf16-mixed on CUDA, 32-true on the CPU)")
+    num_nodes: int = rule(gt=0, fix="e.g. trainer.num_nodes=1")
+    gradient_clip_val: Optional[float] = rule(ge=0, fix="trainer.gradient_clip_val=1.0 (the paper's), or null (no "
+                                                        "clipping)")
+    log_every_n_steps: int = rule(gt=0, fix="trainer.log_every_n_steps=1 (every optimizer step)")
+    num_sanity_val_steps: int = rule(ge=-1, fix="e.g. trainer.num_sanity_val_steps=0 (-1: the whole validation set)")
+
+
+@dataclass
+class PlasticityCallback:
+    reference: str
+    every_n_steps: int = rule(gt=0, fix="e.g. callbacks.plasticity.every_n_steps=100")
+    n_pairs: int = rule(gt=0, fix="e.g. callbacks.plasticity.n_pairs=256")
+    batch_size: int = rule(gt=0, fix="e.g. callbacks.plasticity.batch_size=128")
+    mode: str = rule(choices="plasticity.measure:MODES", fix="callbacks.plasticity.mode=embedding (the paper's)")
+    groups: Sequence[str] = rule(choices="plasticity.components:GROUPS", min_len=1,
+                                 fix="e.g. callbacks.plasticity.groups=[mha,fc1] (the default measures all five)")
+    downstream: Optional[str]
+    downstream_classes: Optional[list[int]] = rule(ge=0, fix="e.g. callbacks.plasticity.downstream_classes=[5,6,7]")
+    window: Optional[int] = rule(gt=0, fix="callbacks.plasticity.window=${dataset.window}")
+
+
+# ------------------------------------------------------------------------------------ tasks
+
+
+@dataclass
+class Pretrain:
+    name: str
+    max_steps: int = rule(gt=0, fix="e.g. task.max_steps=10000")
+    warmup_steps: int = rule(ge=0, fix="e.g. task.warmup_steps=2000")
+    val_every: int = rule(gt=0, fix="e.g. task.val_every=500")
+    batch_size: int = rule(gt=0, fix="e.g. task.batch_size=512")
+    micro_batch_size: int = rule(gt=0, fix="e.g. task.micro_batch_size=128")
+    eval_batch_size: int = rule(gt=0, fix="e.g. task.eval_batch_size=512")
+
+
+@dataclass
+class Finetune(Pretrain):
+    export_merged: bool
+
+
+@dataclass
+class Bounds:
+    name: str
+    analysis: bool
+    reference: str
+    n_pairs: int = rule(gt=0, fix="e.g. task.n_pairs=12800")
+    batch_size: int = rule(gt=0, fix="e.g. task.batch_size=64")
+    pairing: str = rule(choices="plasticity.measure:PAIRINGS", fix="task.pairing=sequential (the official code's)")
+    pairing_seed: int
+    precision: Literal["32-true", "bf16-mixed"] = rule(fix="task.precision=32-true")
+    device: str  # its choices and CUDA: plasticity.devices.check_device
+
+
+@dataclass
+class Plasticity(Bounds):
+    mode: str = rule(choices="plasticity.measure:MODES", fix="task.mode=embedding (the paper's numbers)")
+    groups: Sequence[str] = rule(choices="plasticity.components:GROUPS", min_len=1, fix="e.g. task.groups=[mha,fc1]")
+    save_rates: bool
+
+
+@dataclass
+class LinearProbe:
+    name: str
+    features: str = rule(choices="plasticity.probe:FEATURES", fix="task.features=block_output (the last block's "
+                                                                   "output, as the official code)")
+    pool: str = rule(choices="plasticity.probe:POOLS", fix="task.pool=mean (every token, as the official code)")
+    C: float = rule(gt=0, fix="e.g. task.C=1.0")
+    select_c: bool = rule(fix="task.select_c=true to choose C on validation accuracy over task.c_grid, or false")
+    c_grid: list[float] = rule(gt=0, min_len=1, fix="e.g. task.c_grid=[1e-3,1e-2,1e-1,1,10,100]")
+    max_iter: int = rule(gt=0, fix="e.g. task.max_iter=5000")
+    tol: float = rule(gt=0, fix="e.g. task.tol=1e-4")
+    dtype: str = rule(choices="plasticity.recipes.linear_probe:DTYPES", fix="task.dtype=float64 (matches sklearn)")
+    batch_size: int = rule(gt=0, fix="e.g. task.batch_size=256")
+    precision: str = rule(choices="plasticity.recipes.linear_probe:PRECISIONS",
+                          fix="task.precision=auto (bf16-mixed on CUDA, 32-true on the CPU)")
+    device: str  # its choices and CUDA: plasticity.devices.check_device
+    c_tag: dict[str, str]
+
+
+@dataclass
+class InspectData:
+    name: str
+    img_size: Optional[int] = rule(gt=0, fix="task.img_size=null (the model's input side)")
+
+
+@dataclass
+class Prepare(InspectData):
+    train_size: int = rule(gt=0, fix="e.g. task.train_size=256")
+    workers: Union[Literal["auto"], int] = rule(gt=0, fix="task.workers=auto (all cores but one)")
+
+
+@dataclass
+class Report:
+    name: str
+    select: Literal["val", "test"] = rule(fix="task.select=val (learning rate chosen on validation; test: the "
+                                              "paper's choice)")
+    optimizer: Optional[str] = rule(fix="task.optimizer=null (every optimizer), or sgd | adamw")
+
+
+@dataclass
+class Dashboard:
+    name: str
+    project: str = rule(min_len=1, fix="task.project=plasticity (logger.wandb.project)")
+    entity: Optional[str] = rule(min_len=1, fix="task.entity=null")
+    workspace: Optional[str] = rule(min_len=1, fix="task.workspace=null")
+    dataset: Optional[str] = rule(min_len=1, fix="task.dataset=null")
+    model: Optional[str] = rule(min_len=1, fix="task.model=null")
+    group: Optional[str] = rule(min_len=1, fix="task.group=null")
+    online: Union[Literal["auto"], bool] = rule(fix="task.online=auto (save when W&B can be reached, else write "
+                                                    "workspace.json)")
+
+
+TASKS: dict[str, type] = {"finetune": Finetune, "pretrain": Pretrain, "plasticity": Plasticity, "bounds": Bounds,
+                          "linear_probe": LinearProbe, "prepare": Prepare, "inspect_data": InspectData,
+                          "report": Report, "dashboard": Dashboard}
+"""Each task's ``task.*`` schema (``conf/task/<name>.yaml``)."""
+
+PLASTICITY_CALLBACK = "plasticity.callbacks.PlasticityCallback"
+
+
+@dataclass
+class Root:
+    seed: int = rule(ge=0, fix="e.g. seed=0 (the paper's seeds: 0, 42, 3407)")
+    threads: Optional[int] = rule(gt=0, fix="threads=null (torch's default) or e.g. threads=1")
+    matmul_precision: str  # torch.set_float32_matmul_precision checks it
+    print_config: bool
+    resume: bool
+    sweep: Sweep
+    run_name: str
+    sweep_dir: Optional[str]
+    paths: Paths
+    model: Model
+    dataset: ImageData
+    component: Component
+    adapter: Lora
+    optimizer: Target = rule(overlay=Optimizer, kind="torch.optim:Optimizer")  # another: validate.check_optimizer
+    trainer: Target = rule(overlay=Trainer)
+    logger: dict[str, Target]
+    callbacks: Optional[dict[str, Target]] = rule(by_target={PLASTICITY_CALLBACK: PlasticityCallback})
+    task: Finetune
+
+
+def variants(tree: Mapping) -> dict[str, type]:
+    """The schema of the nodes whose keys depend on a value: the task, the adapter, the component and
+    the dataset's modality."""
+    from plasticity.data import DATASETS, modality
+
+    task, data, adapter, component = (name_of(tree.get(k)) for k in ("task", "dataset", "adapter", "component"))
+    return {"task": TASKS.get(task, Any), "dataset": TextData if data in DATASETS and modality(data) == "text"
+            else ImageData, "adapter": NoAdapter if adapter in (None, "none") else Lora,
+            "component": AutoComponent if component == "auto" else Component}
+
+
+def name_of(node: Any) -> str | None:
+    """A node's ``name`` when it is text (a wrong type is the schema's to name), else None."""
+    name = node.get("name") if isinstance(node, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def check(tree: Mapping) -> list[str]:
+    """Every problem of a job config (plain values, interpolations resolved) against the schema."""
+    problems: list[str] = []
+    specs = {**fields_of(Root), **{key: (hint, {}) for key, hint in variants(tree).items()}}
+    if specs["task"][0] is not Any and isinstance(tree["task"], dict):  # debug=text sets the steps for every task
+        tree = {**tree, "task": {k: v for k, v in tree["task"].items() if k in fields_of(specs["task"][0])
+                                 or not any(k in fields_of(t) for t in set(TASKS.values()))}}
+    walk({k: v for k, v in tree.items() if k != "hydra"}, specs, "", "the config", problems)
+    return problems
+
+
+def check_node(schema: type, node: Mapping, key: str) -> list[str]:
+    """Every problem of one node (a mapping of options at ``key``) against a schema dataclass."""
+    problems: list[str] = []
+    walk(node, fields_of(schema), key, key, problems)
+    return problems
+
+
+# ----------------------------------------------------------------------------------- walker
+
+Spec = tuple[Any, Mapping[str, Any]]
+
+
+@functools.lru_cache(maxsize=None)
+def fields_of(schema: type) -> dict[str, Spec]:
+    """A schema dataclass's fields: name -> (type hint, rules)."""
+    hints = typing.get_type_hints(schema)
+    return {f.name: (hints[f.name], f.metadata) for f in dataclasses.fields(schema)}
+
+
+@functools.lru_cache(maxsize=None)
+def target_fields(target: str, overlay: type | None, kind: str | None = None) -> tuple[dict[str, Spec], bool] | None:
+    """The arguments of ``target`` (the library's type hints, ``overlay``'s fields where it has
+    them) and whether it takes any keyword (``**kwargs``); None when it cannot be imported, or is
+    not a subclass of ``kind`` (``"module:Class"``: the check that owns the key names it)."""
+    module, _, name = target.rpartition(".")
+    try:
+        obj = getattr(importlib.import_module(module), name)
+    except Exception:  # named by instantiate in the job, or by the check that owns the key (kind)
+        return None
+    if kind and not (isinstance(obj, type) and issubclass(obj, _imported(kind))):
+        return None
+    specs: dict[str, Spec] = {"_target_": (str, {})}
+    ours = fields_of(overlay) if overlay else {}
+    # A subclass passing **kwargs to its parent (plasticity's WandbLogger) takes the parent's arguments too.
+    for call in [k.__init__ for k in obj.__mro__ if "__init__" in vars(k)] if isinstance(obj, type) else [obj]:
+        hints = typing.get_type_hints(call, localns=_Unknown({**vars(builtins), **getattr(call, "__globals__", {})}))
+        params = list(inspect.signature(call).parameters.values())
+        specs.update({p.name: ours.get(p.name, (hints.get(p.name, Any), {})) for p in params if p.name not in specs
+                      and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in ("self", "params")})
+        if not any(p.kind == p.VAR_KEYWORD for p in params):
+            return {**specs, **{k: v for k, v in ours.items() if k.startswith("_")}}, False
+    return {**specs, **{k: v for k, v in ours.items() if k.startswith("_")}}, True
+
+
+class _Unknown(dict):
+    """Names an annotation reads: a name imported only for type checkers (``TYPE_CHECKING``) reads as Any."""
+
+    def __missing__(self, key: str) -> Any:
+        return Any
+
+
+def walk(node: Any, specs: Mapping[str, Spec], key: str, owner: str, problems: list[str], noun: str = "option",
+         open_: bool = False) -> None:
+    """Checks each key of ``node`` against ``specs``: unknown keys, missing ones, each value."""
+    if not isinstance(node, Mapping):
+        problems.append(f"{key}={node!r} must be a mapping of options. Fix: {key}.<option>=<value>.")
+        return
+    for name, value in node.items():
+        path = f"{key}.{name}" if key else str(name)
+        if name in specs:
+            check_value(value, *specs[name], path, problems)
+        elif not open_:
+            problems.append(unknown(path, value, list(specs), owner, noun))
+    for name, (hint, _) in specs.items():
+        if name not in node and not accepts(None, hint) and noun == "option":
+            problems.append(f"{key + '.' if key else ''}{name} is missing. Fix: restore it (conf/ sets every option), "
+                            f"or pick the config group option that has it.")
+
+
+def check_value(value: Any, hint: Any, rules: Mapping[str, Any], key: str, problems: list[str]) -> None:
+    """Adds the problem of one value (or, for a nested node, of each of its keys)."""
+    if value is None and accepts(None, hint):
+        return
+    inner = [arm for arm in arms(hint) if arm is not type(None)]
+    core = inner[0] if len(inner) == 1 else hint  # Optional[X] holding a value: X
+    if dataclasses.is_dataclass(core):
+        walk(value, fields_of(core), key, key, problems)
+    elif core is Target or typing.get_origin(core) is dict and typing.get_args(core)[1] is Target:
+        check_targets(value, core, rules, key, problems)
+    elif typing.get_origin(core) in (dict, Mapping) and isinstance(value, Mapping):  # each item at its key
+        for name, item in value.items():
+            check_value(item, typing.get_args(core)[1], rules, f"{key}.{name}", problems)
+    elif not (accepts(value, hint) and within(value, rules)):
+        problems.append(problem(key, value, hint, rules))
+    else:  # No option takes these words as text: a boolean was meant (a quoted 'false' reads as true).
+        problems.extend(problem(path, text, bool, {}) for path, text in texts(value, key)
+                        if text.strip().lower() in BOOL_WORDS)
+
+
+def texts(value: Any, key: str) -> Iterable[tuple[str, str]]:
+    """Every text in a value, at its key (the items of a mapping by name, of a list as the list)."""
+    if isinstance(value, str):
+        yield key, value
+    elif isinstance(value, Mapping):
+        for name, item in value.items():
+            yield from texts(item, f"{key}.{name}")
+    elif isinstance(value, (list, tuple)):
+        yield from ((key, item) for item in value if isinstance(item, str))
+
+
+def check_targets(value: Any, hint: Any, rules: Mapping[str, Any], key: str, problems: list[str]) -> None:
+    """A node built from its ``_target_`` (``hint`` Target), or a mapping of such nodes (loggers, callbacks)."""
+    if hint is not Target:
+        if not isinstance(value, Mapping):
+            problems.append(f"{key}={value!r} must be a mapping of names to configs with a _target_. Fix: "
+                            f"{key}=<a conf/{key} option>.")
+            return
+        for name, node in value.items():
+            if node is not None:  # an override that removes one entry
+                check_targets(node, Target, rules, f"{key}.{name}", problems)
+        return
+    if not isinstance(value, Mapping) or "_target_" not in value:
+        return  # named by the check that owns the group (plasticity.validate.check_callbacks)
+    target = str(value["_target_"])
+    found = target_fields(target, rules.get("overlay") or rules.get("by_target", {}).get(target), rules.get("kind"))
+    if found is None:
+        if not rules.get("kind"):
+            problems.append(f"{key}._target_={target!r} cannot be imported. Fix: the import path of a class "
+                            f"(python -c 'import <module>' names what is missing).")
+        return
+    walk(value, found[0], key, target, problems, noun="argument", open_=found[1])
+
+
+def unknown(key: str, value: Any, known: list[str], owner: str, noun: str) -> str:
+    """A key that is not an option (argument) of ``owner``: the closest one, the options and the fix."""
+    parent, _, name = key.rpartition(".")
+    near = did_you_mean(name, known)
+    fix = f"{parent + '.' if parent else ''}{near[0]}{'=<value>' if parent else '.<key>=...'}" if near \
+        else f"drop {key}"
+    listed = f"; its {noun}s: {', '.join(k for k in known if not k.startswith('_'))}" if len(known) <= 12 else ""
+    return (f"{key}={value!r} is not an {noun} of {owner}{f' (did you mean {near[0]}?)' if near else ''}{listed}. "
+            f"Fix: {fix} (python launch.py --cfg job lists every key).")
+
+
+# ------------------------------------------------------------------------------------ types
+
+
+def arms(hint: Any) -> tuple[Any, ...]:
+    """A Union's (``X | Y``, ``Optional[X]``) arms, or the hint alone."""
+    return typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
+
+
+def accepts(value: Any, hint: Any) -> bool:
+    """Whether ``value`` (a plain config value) has the type ``hint`` says; booleans are never numbers."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any or hint is Target or dataclasses.is_dataclass(hint):
+        return True
+    if origin in (Union, types.UnionType):
+        return any(accepts(value, arm) for arm in args)
+    if hint is None or hint is type(None):
+        return value is None
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin in (dict, Mapping):
+        return isinstance(value, Mapping) and all(accepts(v, args[1]) for v in value.values())
+    if origin in (list, tuple, Sequence, Iterable):
+        if not isinstance(value, (list, tuple)):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(value) == len(args) and all(accepts(v, a) for v, a in zip(value, args))
+        return all(accepts(v, args[0]) for v in value) if args else True
+    return isinstance(value, hint) if isinstance(hint, type) else True  # a hint no config value can be checked on
+
+
+def within(value: Any, rules: Mapping[str, Any]) -> bool:
+    """Whether the numbers of ``value`` (it, or the items of a list or mapping) are in range, its
+    text among the choices, and its length at least ``min_len``."""
+    items = list(value.values()) if isinstance(value, Mapping) else list(value) if isinstance(value, (list, tuple)) \
+        else [value]
+    if "min_len" in rules and isinstance(value, (str, list, tuple)) and len(value.strip() if isinstance(value, str)
+                                                                            else value) < rules["min_len"]:
+        return False
+    bounds = {"ge": float.__ge__, "gt": float.__gt__, "le": float.__le__, "lt": float.__lt__}
+    numbers = [float(v) for v in items if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    texts = [v for v in items if isinstance(v, str)]
+    return all(test(v, float(rules[name])) for name, test in bounds.items() if name in rules for v in numbers) \
+        and ("choices" not in rules or all(v in choices(rules["choices"]) for v in texts))
+
+
+@functools.lru_cache(maxsize=None)
+def choices(where: str) -> tuple[str, ...]:
+    """The constant a choice list names (``"plasticity.measure:MODES"``), imported when first checked."""
+    return tuple(_imported(where))
+
+
+def _imported(where: str) -> Any:
+    module, _, name = where.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def problem(key: str, value: Any, hint: Any, rules: Mapping[str, Any]) -> str:
+    """The one-line message: key, value, what it may be (and why a word is not a boolean), the fix."""
+    word = BOOL_WORDS.get(value.strip().lower()) if isinstance(value, str) and accepts(True, hint) else None
+    why = " (it is text: quotes or a word such as yes make a string, which reads as true even when it says false)" \
+        if word is not None else ""
+    fix = f"{key}={str(word).lower()}, unquoted" if word is not None else rules.get("fix") or (
+        f"{key}=true or {key}=false" if hint is bool else f"{key}=<{describe(hint, rules)}>")
+    named = choice_list(hint, rules)
+    what = f"; choices: {', '.join(named)}" if named and len(named) > 1 and not why else \
+        f" must be {describe(hint, rules)}{why}"
+    return f"{key}={value!r}{what}. Fix: {fix.rstrip('.')}."
+
+
+def choice_list(hint: Any, rules: Mapping[str, Any]) -> list[str] | None:
+    """The words a key takes when it takes nothing else (a Literal, or text with ``choices``)."""
+    if typing.get_origin(hint) is Literal:
+        return [word(a) for a in typing.get_args(hint)]
+    return list(choices(rules["choices"])) if hint is str and "choices" in rules else None
+
+
+def word(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def describe(hint: Any, rules: Mapping[str, Any]) -> str:
+    """What a hint (with its rules) accepts, in words: ``a positive integer or null``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        parts = [describe(arm, rules) for arm in args if arm is not type(None)]
+        return " or ".join(parts + (["null"] if type(None) in args else []))
+    if origin is Literal:
+        return " or ".join(word(a) for a in args)
+    if hint is bool:
+        return "true or false"
+    if hint is int or hint is float:
+        return number_words(hint, rules)
+    if hint is str:
+        return f"one of {', '.join(choices(rules['choices']))}" if "choices" in rules else \
+            "non-empty text" if rules.get("min_len") else "text"
+    if origin in (list, tuple, Sequence, Iterable):
+        size = f"{len(args)} " if origin is tuple and args and args[-1] is not Ellipsis else ""
+        each = describe(args[0], rules) if args else "anything"
+        return f"a {'non-empty ' if rules.get('min_len') else ''}list of {size}values, each {each}"
+    if origin in (dict, Mapping):
+        return f"a mapping of names to {describe(args[1], rules)}"
+    return f"a {getattr(hint, '__name__', hint)}"
+
+
+def number_words(hint: type, rules: Mapping[str, Any]) -> str:
+    """``a positive integer``, ``a non-negative integer``, ``a number in [0, 1)``, ``an integer >= -1``."""
+    noun = "integer" if hint is int else "number"
+    low = ("gt", rules["gt"]) if "gt" in rules else ("ge", rules["ge"]) if "ge" in rules else None
+    high = ("lt", rules["lt"]) if "lt" in rules else ("le", rules["le"]) if "le" in rules else None
+    if low and high:
+        return f"a {noun} in {'(' if low[0] == 'gt' else '['}{low[1]:g}, {high[1]:g}{')' if high[0] == 'lt' else ']'}"
+    if low == ("gt", 0):
+        return f"a {'finite ' if hint is float else ''}positive {noun}"
+    if low == ("ge", 0):
+        return f"a non-negative {noun}"
+    if low or high:
+        name, bound = low or high
+        return f"a{'n' if hint is int else ''} {noun} {dict(ge='>=', gt='>', le='<=', lt='<')[name]} {bound:g}"
+    return f"a{'n' if hint is int else ' finite'} {noun}"
