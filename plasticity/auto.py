@@ -101,12 +101,8 @@ def choose(table: list[dict], budget: float | None, total: int) -> list[Unit]:
         total: The model's parameter count.
     """
     if budget is None:
-        means: dict[str, list[float]] = {}
-        for row in table:
-            means.setdefault(row["group"], []).append(row["mean"])
-        best = max(GROUPS, key=lambda g: (sum(means.get(g, [float("-inf")])) / max(len(means.get(g, [])), 1),
-                                          -GROUPS.index(g)))
-        return [(best, None)]
+        means = {g: [r["mean"] for r in table if r["group"] == g] or [float("-inf")] for g in GROUPS}
+        return [(max(GROUPS, key=lambda g: (sum(means[g]) / len(means[g]), -GROUPS.index(g))), None)]
     limit = budget * total
     ranked = sorted(table, key=lambda r: (-r["mean"], r["block"], GROUPS.index(r["group"])))
     chosen, used = [], 0

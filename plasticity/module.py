@@ -142,10 +142,9 @@ class FinetuneModule(L.LightningModule):
         if any(n in sel.trainable for n in sel.final_norm):
             norms["grad_norm/final_norm"] = norm(sel.final_norm)
         for g, names in sel.by_group.items():
-            members = set(names)
             for block, in_block in sel.blocks.items():
-                if members.intersection(in_block):
-                    norms[f"grad_norm/{g}/block_{block}"] = norm(n for n in in_block if n in members)
+                if members := [n for n in in_block if n in set(names)]:
+                    norms[f"grad_norm/{g}/block_{block}"] = norm(members)
         return norms
 
     def _eval_step(self, batch, stage: str, accuracy: MulticlassAccuracy, mean_loss: MeanMetric) -> None:

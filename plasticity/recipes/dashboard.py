@@ -43,8 +43,9 @@ def run_paths(root: Path) -> Iterator[Path]:
                 yield path
 
 
-def sweep_values(root: Path, field: str) -> set[str]:
-    """The values of ``field`` in the sweep's finetuning records (unreadable records skipped)."""
+def only_value(root: Path, field: str) -> str | None:
+    """The sweep's one ``field`` (``dataset``, ``model``) when all its finetuning records share it
+    (unreadable records skipped); else None."""
     from plasticity.report.collect import read_record
 
     values = set()
@@ -52,7 +53,7 @@ def sweep_values(root: Path, field: str) -> set[str]:
         record = read_record(path)[0] if path.name == "result.json" else None  # None: unreadable, not an object
         if record and record.get("task") == "finetune" and record.get(field):
             values.add(str(record[field]))
-    return values
+    return values.pop() if len(values) == 1 else None
 
 
 @register
@@ -83,7 +84,7 @@ class Dashboard(RecipeBase):
 
         task, sweep = self.cfg.task, Path(self.cfg.sweep_dir)
         # unset: the sweep's one dataset (model) when all its runs share it, else every dataset
-        filters = {key: task.get(key) or self.only_value(sweep, key) for key in ("dataset", "model")}
+        filters = {key: task[key] or only_value(sweep, key) for key in ("dataset", "model")}
         name = task.workspace or "paper panels: " + "/".join(sweep.resolve().parts[-2:])
         ws = dash.build_workspace(task.project, task.entity, name, group=task.group, **filters)
         path = self.run_dir / SPEC_FILE
@@ -95,12 +96,6 @@ class Dashboard(RecipeBase):
         url = self.save(path)
         return {"workspace_json": str(path), "url": url, "panels": panels, "sections": [s.name for s in ws.sections],
                 "sweep_dir": str(sweep), **{k: v for k, v in filters.items() if v}}
-
-    @staticmethod
-    def only_value(sweep: Path, field: str) -> str | None:
-        """The sweep's one ``dataset`` / ``model`` when all its finetuning records share it."""
-        values = sweep_values(sweep, field)
-        return values.pop() if len(values) == 1 else None
 
     def save(self, path: Path) -> str | None:
         """Saves the spec online when ``task.online`` says so; prints the URL or the push command."""

@@ -122,15 +122,13 @@ class LinearProbe(RecipeBase):
         import numpy as np
         import torch
 
-        size = self.cfg.task.batch_size
-        if getattr(arrays, "images", None) is None:  # a token set: padded ids, the model reads them as they are
-            for start in range(0, len(arrays), size):
-                yield torch.from_numpy(np.asarray(arrays.ids[start:start + size], dtype=np.int64)).to(self.device)
-            return
+        from plasticity.measure import as_inputs
+
+        size, sizes = self.cfg.task.batch_size, getattr(arrays, "sizes", None)
+        rows = arrays.ids if getattr(arrays, "images", None) is None else arrays.images  # a token set: padded ids
         for start in range(0, len(arrays), size):
-            images = torch.from_numpy(np.ascontiguousarray(arrays.images[start:start + size])).permute(0, 3, 1, 2)
-            sizes = None if arrays.sizes is None else torch.from_numpy(np.asarray(arrays.sizes[start:start + size]))
-            yield transform(images.to(self.device, non_blocking=True), sizes)
+            part = None if sizes is None else torch.from_numpy(np.asarray(sizes[start:start + size]))
+            yield transform(as_inputs(rows[start:start + size]).to(self.device, non_blocking=True), part)
 
     def features(self, net: "torch.nn.Module", splits: "Splits") -> dict[str, "torch.Tensor"]:
         """Raw (pooled, not yet normalised) features of each non-empty split, float32 on the device."""

@@ -54,12 +54,8 @@ def protocol(cfg: DictConfig | dict, sections: tuple[str, ...] | None = None) ->
         sections: The top-level sections that define the run (the recipe's); None: all but
             :data:`NOT_PROTOCOL`.
     """
-    if isinstance(cfg, DictConfig):
-        keys = [k for k in cfg.keys() if (sections is None or k in sections) and k not in NOT_PROTOCOL]
-        container = {k: _resolved(cfg, k) for k in keys}
-    else:
-        container = {k: v for k, v in cfg.items() if (sections is None or k in sections) and k not in NOT_PROTOCOL}
-    flat = flatten(container)
+    keys = [k for k in cfg.keys() if (sections is None or k in sections) and k not in NOT_PROTOCOL]
+    flat = flatten({k: _resolved(cfg, k) for k in keys})
     for key in NOT_PROTOCOL_SUBKEYS:
         flat.pop(key, None)
     return flat
@@ -75,8 +71,8 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _resolved(cfg: DictConfig, key: str) -> Any:
-    node = cfg[key]
+def _resolved(cfg: DictConfig | dict, key: str) -> Any:
+    node = cfg[key]  # a DictConfig node resolved; a plain container's value as it is
     return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
 
 
