@@ -17,6 +17,7 @@ from plasticity import run_id
 from plasticity.tracking import SUMMARY_KEYS
 from plasticity.tracking.runfile import read_run, run_files
 from plasticity.tracking.sync import offline_runs
+from tests.test_compat import frame
 from tests.test_launch import ROOT, TINY, launch, result, run_dir
 
 WANDB = ["logger=wandb"]
