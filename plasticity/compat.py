@@ -19,8 +19,8 @@ log = logging.getLogger(__name__)
 
 
 def basic_sweeper() -> type:
-    """Hydra's basic sweeper, in a private module: :class:`plasticity.sweep.PlanSweeper` extends it
-    (its ``split_arguments`` orders and numbers a sweep's jobs, its ``params`` come first)."""
+    """Hydra's basic sweeper, in a private module: its ``split_arguments`` orders and numbers a sweep's
+    jobs (:class:`plasticity.sweep.PlanSweeper`, whose ``params`` come first as in its ``sweep``)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 
     return BasicSweeper

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,32 @@ from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
 from plasticity.console import console, job_overrides, print_config_tree, print_problems
-from plasticity.sweep import Job, is_done, split_line, submission_split
 from plasticity.validate import USABLE_WEIGHTS
 
 STATUS = {"new": "to run", "finished": "done (skip)", "resume": "to resume", "failed": "failed (re-run)",
           "running": "running", "conflict": "conflict"}
 """A run directory's state -> the dry run's status column."""
+
+
+@dataclass
+class Job:
+    """One job of a launch, as planned.
+
+    Attributes:
+        num: Its position in the sweep (Hydra's ``job.num``).
+        overrides: Its command-line overrides.
+        cfg: Its composed config (with the ``hydra`` node); None when it does not compose.
+        run_dir: Its run directory.
+        problems: Every problem found before compute.
+        state: What its run directory holds (a :class:`plasticity.runs.state.RunState`).
+    """
+
+    num: int
+    overrides: list[str]
+    cfg: DictConfig | None
+    run_dir: Path | None = None
+    problems: list[str] = field(default_factory=list)
+    state: Any = None
 
 
 class RunCheck(Callback):
@@ -96,6 +117,24 @@ def stop_on_problems(jobs: list[Job], varying: list[str]) -> None:
     lines = [f"job {job.num} ({job_overrides(job.overrides, varying)}): {p}" for job in bad for p in job.problems]
     print_problems(lines, header=f"{len(bad)} of {len(jobs)} jobs have")
     raise SystemExit(1)
+
+
+def is_done(job: Job) -> bool:
+    """The job's run is finished (done or diverged) with the same config and ``sweep.skip_done`` is
+    true: it is left out."""
+    return job.cfg is not None and getattr(job.state, "kind", None) == "finished" and job.cfg.sweep.skip_done
+
+
+def submission_split(jobs: list[Job]) -> tuple[list[Job], list[Job]]:
+    """``(skipped, submitted)``: what a plan-running launcher leaves out and what it runs."""
+    return [job for job in jobs if is_done(job)], [job for job in jobs if not is_done(job)]
+
+
+def split_line(skipped: int, submitted: int, dry: bool = False) -> str:
+    """The line printed before the launch (and by the dry run, in the conditional)."""
+    if dry:
+        return f"would skip {skipped} done runs, submit {submitted}"
+    return f"skipped {skipped} done runs, submitting {submitted}"
 
 
 def print_plan(jobs: list[Job], varying: list[str]) -> None:

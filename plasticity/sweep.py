@@ -15,63 +15,49 @@ job as the override ``hydra.sweeper.varying``. Each job's record is journaled un
 from __future__ import annotations
 
 import os
+import pickle
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import OverrideType
 from hydra.core.utils import JobReturn, JobStatus
+from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf, open_dict
 from rich.markup import escape
 
 from plasticity.compat import basic_sweeper
 from plasticity.console import console, results_table
+from plasticity.prelaunch import Job, check_all, dry_run, print_plan, stop_on_problems, submission_split, split_line
 from plasticity.runs.io import write_json_atomic
 
 
-@dataclass
-class Job:
-    """One job of a launch, as planned.
+class PlanSweeper(Sweeper):
+    """Hydra's basic sweeper's jobs, each planned once before any runs (``hydra/sweeper=plan``)."""
 
-    Attributes:
-        num: Its position in the sweep (Hydra's ``job.num``).
-        overrides: Its command-line overrides.
-        cfg: Its composed config (with the ``hydra`` node); None when it does not compose.
-        run_dir: Its run directory.
-        problems: Every problem found before compute.
-        state: What its run directory holds (a :class:`plasticity.runs.state.RunState`).
-    """
+    def __init__(self, params: dict | None = None, varying: Any = None) -> None:
+        self.params = params or {}  # varying: read by the jobs, not by the sweeper
 
-    num: int
-    overrides: list[str]
-    cfg: DictConfig | None
-    run_dir: Path | None = None
-    problems: list[str] = field(default_factory=list)
-    state: Any = None
+    def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
 
-
-class PlanSweeper(basic_sweeper()):
-    """Hydra's basic sweeper, planning every job once before any runs (``hydra/sweeper=plan``)."""
-
-    def __init__(self, max_batch_size: int | None = None, params: dict | None = None, varying: Any = None) -> None:
-        super().__init__(max_batch_size, params)  # varying: read by the jobs, not by the sweeper
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
+                                                                task_function=task_function, config=config)
 
     def sweep(self, arguments: list[str]) -> list[list[JobReturn]]:
-        from plasticity import prelaunch
-
         started = time.perf_counter()
         lists = self.job_lists(self.params, arguments, self.hydra_context.config_loader)
         varying = varying_keys(lists)
         extra = "hydra.sweeper.varying=[" + ",".join(f"'{key}'" for key in varying) + "]"
-        jobs = prelaunch.check_all(self.plan(lists, extra), self.config)
+        jobs = check_all(self.plan(lists, extra), self.config)
         if self.config.sweep.dry_run:
-            prelaunch.dry_run(jobs, started, submitting=hasattr(self.launcher, "run_plan"))
+            dry_run(jobs, started, submitting=hasattr(self.launcher, "run_plan"))
             raise SystemExit(0)
-        prelaunch.stop_on_problems(jobs, varying)
-        prelaunch.print_plan(jobs, varying)
+        stop_on_problems(jobs, varying)
+        print_plan(jobs, varying)
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")  # as Hydra's basic sweeper does
@@ -79,12 +65,13 @@ class PlanSweeper(basic_sweeper()):
         summarize(sweep_dir, [record_of(ret, job) for job, ret in zip(jobs, returns)])
         return [returns]
 
-    @classmethod
-    def job_lists(cls, params: dict, arguments: list[str], loader: Any = None) -> list[list[str]]:
+    @staticmethod
+    def job_lists(params: dict, arguments: list[str], loader: Any = None) -> list[list[str]]:
         """Each job's overrides, numbered as Hydra's basic sweeper numbers them (its params first)."""
         parsed = OverridesParser.create(config_loader=loader).parse_overrides(
             [f"{k}={v}" for k, v in params.items()] + list(arguments))
-        return cls.split_arguments(parsed, None)[0]
+        # Looked up at each call: Hydra's plugin scan re-executes its module, redefining the class.
+        return basic_sweeper().split_arguments(parsed, None)[0]
 
     def plan(self, lists: list[list[str]], extra: str) -> list[Job]:
         """Each job composed once (with ``extra``); jobs that differ only in plain values (``seed=...``)
@@ -101,7 +88,8 @@ class PlanSweeper(basic_sweeper()):
             try:
                 if tuple(groups) not in shared:
                     shared[tuple(groups)] = loader.load_sweep_config(self.config, groups + [extra])
-                cfg = shared[tuple(groups)].copy()
+                # A pickle round trip: the deep copy of DictConfig.copy(), 3x faster (no per-node __deepcopy__).
+                cfg = pickle.loads(pickle.dumps(shared[tuple(groups)]))
                 for _, override, plain in parsed:
                     if plain:  # as Hydra applies a value override
                         OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
@@ -131,24 +119,6 @@ def varying_keys(lists: list[list[str]]) -> list[str]:
     """The override keys whose value is not the same in every job."""
     shared = {o for o in lists[0] if all(o in job for job in lists)}
     return sorted({o.split("=", 1)[0] for job in lists for o in job if o not in shared})
-
-
-def is_done(job: Job) -> bool:
-    """The job's run is finished (done or diverged) with the same config and ``sweep.skip_done`` is
-    true: it is left out."""
-    return job.cfg is not None and getattr(job.state, "kind", None) == "finished" and job.cfg.sweep.skip_done
-
-
-def submission_split(jobs: list[Job]) -> tuple[list[Job], list[Job]]:
-    """``(skipped, submitted)``: what a plan-running launcher leaves out and what it runs."""
-    return [job for job in jobs if is_done(job)], [job for job in jobs if not is_done(job)]
-
-
-def split_line(skipped: int, submitted: int, dry: bool = False) -> str:
-    """The line printed before the launch (and by the dry run, in the conditional)."""
-    if dry:
-        return f"would skip {skipped} done runs, submit {submitted}"
-    return f"skipped {skipped} done runs, submitting {submitted}"
 
 
 def completed(job: Job, record: dict[str, Any]) -> JobReturn:

@@ -16,8 +16,8 @@ from omegaconf import OmegaConf
 
 
 def test_plan_sweeper_numbers_jobs_like_hydras_basic_sweeper():
-    """PlanSweeper extends Hydra's basic sweeper, from a private module (compat.basic_sweeper, checked
-    against hydra-core 1.3.8): the sweeper Hydra registers, whose split_arguments numbers the jobs."""
+    """PlanSweeper numbers the jobs with Hydra's basic sweeper's split_arguments, from a private module
+    (compat.basic_sweeper, checked against hydra-core 1.3.8): the sweeper Hydra registers."""
     from hydra.core.config_store import ConfigStore
 
     from plasticity.compat import basic_sweeper
