@@ -3,6 +3,7 @@ the two analyses (the model on its device and the stream of image pairs)."""
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Iterator
 
@@ -35,6 +36,11 @@ class RecipeBase:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.resume = resume
+
+    @cached_property
+    def device(self) -> "torch.device":
+        """``task.device`` resolved (:func:`plasticity.devices.device`): where the analyses and the probe run."""
+        return device(self.cfg.task.device)
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
@@ -75,10 +81,6 @@ class AnalysisRecipe(RecipeBase):
         task = cfg.task  # the pairs and their batch name the run as its path does (conf/task/<name>.yaml)
         return {**super().identity(cfg), "reference": task.reference, "n_pairs": task.n_pairs,
                 "batch_size": task.batch_size}
-
-    def __init__(self, cfg: DictConfig, run_dir: Path, resume: str | None = None) -> None:
-        super().__init__(cfg, run_dir, resume)
-        self.device = device(cfg.task.device)
 
     def setup_images(self) -> tuple["np.ndarray", "np.ndarray"]:
         """What the pairs are drawn from in the reference and downstream test splits

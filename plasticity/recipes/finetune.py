@@ -38,14 +38,8 @@ from plasticity.components import (
 )
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
-from plasticity.runs.checkpoints import (
-    CHECKPOINT_DIR,
-    LAST_CHECKPOINT,
-    WEIGHTS_FILE,
-    best_and_last,
-    checkpoint_step,
-    prepare_resume,
-)
+from plasticity.runs.checkpoints import (CHECKPOINT_DIR, LAST_CHECKPOINT, WEIGHTS_FILE, best_and_last,
+                                         checkpoint_step, prepare_resume)
 from plasticity.runs.ranks import announce, is_rank_zero, num_nodes
 from plasticity.runs.record import config_hash, optimizer_name
 from plasticity.validate import (

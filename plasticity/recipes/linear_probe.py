@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from plasticity.devices import autocast, check_device, device, precision
+from plasticity.devices import autocast, check_device, precision
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
 from plasticity.validate import Problems, check_dataset, check_dataset_values, check_model, model_modality
@@ -73,20 +72,14 @@ class LinearProbe(RecipeBase):
                 "component": probe_tag(cfg.task.features, cfg.task.pool), "optimizer": "lbfgs", "lr": None,
                 "seed": cfg.seed}
 
-    def __init__(self, cfg: DictConfig, run_dir: Path) -> None:
-        super().__init__(cfg, run_dir)
-        self.device = device(cfg.task.device)
-
     # ------------------------------------------------------------------------------- setup
 
     def setup_net(self) -> "torch.nn.Module":
         """The pretrained model, frozen, in eval mode on the device (its head is never used)."""
         from plasticity.data.splits import expected_classes
 
-        data = self.cfg.dataset
-        net = self.create_net(expected_classes(data.name, data.num_classes))
-        net.requires_grad_(False)
-        return net.to(self.device).eval()
+        net = self.create_net(expected_classes(self.cfg.dataset.name, self.cfg.dataset.num_classes))
+        return net.requires_grad_(False).to(self.device).eval()
 
     def setup_splits(self, net: "torch.nn.Module") -> "Splits":
         """The dataset's splits for the model's input side, ``dataset.limit`` applied to train.
