@@ -96,8 +96,8 @@ def explain(err: Exception, overrides: list[str]) -> str:
     Hydra's message (and its OmegaConf cause)."""
     match = re.search(r"Could not override '([^']+)'", str(err))
     if not match:
-        cause = f"\n{err.__cause__}" if err.__cause__ is not None and "omegaconf" in type(err.__cause__).__module__ else ""
-        return f"{err}{cause}"
+        cause = err.__cause__  # as Hydra prints a composition error: its OmegaConf cause below it
+        return f"{err}\n{cause}" if cause is not None and type(cause).__module__.startswith("omegaconf") else str(err)
     bad = next((o for o in overrides if o.lstrip("+~").startswith(match.group(1) + "=")), match.group(1))
     return f"{bad}: {suggestion(match.group(1), overrides)}"
 

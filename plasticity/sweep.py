@@ -74,34 +74,41 @@ class PlanSweeper(Sweeper):
         return basic_sweeper().split_arguments(parsed, None)[0]
 
     def plan(self, lists: list[list[str]], extra: str) -> list[Job]:
-        """Each job composed once (with ``extra``); jobs that differ only in plain values (``seed=...``)
-        share one composition of their groups, then get their values set."""
-        loader, parser, shared = self.hydra_context.config_loader, OverridesParser.create(), {}
-        choices = set(self.config.hydra.runtime.choices.keys())
-        jobs = []
-        for num, overrides in enumerate(lists):
-            # A group choice (model=..., +experiment=...) or a key inside a group's package changes what
-            # is composed; a plain value is set afterwards on a copy of the shared composition.
-            parsed = [(text, o, o.type == OverrideType.CHANGE and o.key_or_group not in choices
-                       and "/" not in o.key_or_group) for text, o in zip(overrides, parser.parse_overrides(overrides))]
-            groups = [text for text, _, plain in parsed if not plain]
+        """Each job composed once (with ``extra``), numbered in order."""
+        from plasticity.cli import explain
+
+        jobs, shared = [], {}
+        for num, overrides in enumerate(map(list, lists)):
             try:
-                if tuple(groups) not in shared:
-                    shared[tuple(groups)] = loader.load_sweep_config(self.config, groups + [extra])
-                # A pickle round trip: the deep copy of DictConfig.copy(), 3x faster (no per-node __deepcopy__).
-                cfg = pickle.loads(pickle.dumps(shared[tuple(groups)]))
-                for _, override, plain in parsed:
-                    if plain:  # as Hydra applies a value override
-                        OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+                cfg = self.compose(overrides, extra, shared)
                 with open_dict(cfg.hydra):
                     cfg.hydra.overrides.task, cfg.hydra.job.num, cfg.hydra.job.id = overrides, num, num
                 run_dir = Path(os.path.abspath(f"{cfg.hydra.sweep.dir}/{cfg.hydra.sweep.subdir}"))
-                jobs.append(Job(num, list(overrides), cfg, run_dir))
+                jobs.append(Job(num, overrides, cfg, run_dir))
             except Exception as err:  # a value that does not fit its key: reported with the others
-                from plasticity.cli import explain
-
-                jobs.append(Job(num, list(overrides), None, problems=[explain(err, overrides)]))
+                jobs.append(Job(num, overrides, None, problems=[explain(err, overrides)]))
         return jobs
+
+    def compose(self, overrides: list[str], extra: str, shared: dict) -> DictConfig:
+        """A job's config; the jobs that differ only in plain values (``seed=...``) share one composition of
+        their groups (in ``shared``), then get their values set."""
+        load, choices = self.hydra_context.config_loader.load_sweep_config, self.config.hydra.runtime.choices
+        # A group choice (model=..., +experiment=...) or a key inside a group's package changes what is
+        # composed; a plain value is set afterwards on a copy of the shared composition.
+        parsed = [(text, o, o.type == OverrideType.CHANGE and o.key_or_group not in choices and "/" not in
+                   o.key_or_group) for text, o in zip(overrides, OverridesParser.create().parse_overrides(overrides))]
+        groups = tuple(text for text, _, plain in parsed if not plain)
+        try:
+            if groups not in shared:
+                shared[groups] = load(self.config, [*groups, extra])
+            # A pickle round trip: the deep copy of DictConfig.copy(), 3x faster (no per-node __deepcopy__).
+            cfg = pickle.loads(pickle.dumps(shared[groups]))
+            for _, override, plain in parsed:
+                if plain:  # as Hydra applies a value override
+                    OmegaConf.update(cfg, override.key_or_group, override.value(), merge=True)
+            return cfg
+        except Exception:  # composed alone, Hydra names what it cannot place ("Could not override ...")
+            return load(self.config, [*overrides, extra])
 
     def launch(self, jobs: list[Job], extra: str) -> list[JobReturn]:
         """Runs the jobs: a launcher of :mod:`plasticity.launcher` only those not done, as planned."""
