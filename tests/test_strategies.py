@@ -220,7 +220,7 @@ def test_lora_on_mha_runs_to_a_done_record_and_exports_merged_weights(tmp_path, 
     (["component=auto", "adapter=lora", "component.auto.reference=fashion_mnist"], "component=auto with adapter=lora"),
     (["component.name=mha+fc1", "component.blocks=[5]"], "component.blocks=[5] has block 5, but the model has 2 blocks"),
     (["component.name=mha+fc1", "component.lr_scale={ln1: 10}"], "component.lr_scale has 'ln1', which is not trained"),
-    (["component=auto", "component.auto.budget=2"], "component.auto.budget=2 must be null"),
+    (["component=auto", "component.auto.budget=2"], "component.auto.budget=2 must be a number in (0, 1] or null"),
     (["component=auto", "component.blocks=[1]", "component.auto.reference=fashion_mnist"], "the measurement chooses the blocks"),
 ])
 def test_bad_strategy_input_fails_before_compute(tmp_path, data_dir, overrides, message):
