@@ -6,31 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from omegaconf import DictConfig
-
 from plasticity.recipes import register
-from plasticity.recipes.base import RecipeBase
-from plasticity.recipes.prepare import check_data_task, image_side
-from plasticity.validate import Problems
+from plasticity.recipes.prepare import Prepare, image_side
 
 DATA_INFO = "data_info.json"
 
 
 @register
-class InspectData(RecipeBase):
-    """Recipe of ``task=inspect_data``."""
+class InspectData(Prepare):
+    """Recipe of ``task=inspect_data``: :class:`Prepare`'s sections, checks and identity (never skipped)."""
 
     name = "inspect_data"
-    sections = ("task", "model", "dataset")
-    always_run = True  # cheap: never skipped
-
-    @classmethod
-    def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
-        check_data_task(cfg, p)
-
-    @classmethod
-    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
-        return {"task": cls.name, "dataset": cfg.dataset.name}
 
     def run(self) -> dict[str, Any]:
         from plasticity.data import DataSpec, load_splits, modality

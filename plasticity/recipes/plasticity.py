@@ -82,8 +82,9 @@ class Plasticity(AnalysisRecipe):
         if saved:  # atomically, as every file of a run: a reader never sees half an array
             with atomic_path(self.run_dir / "rates.npy") as tmp:
                 np.save(tmp, np.concatenate(saved, axis=1))
-        plot_distribution(stats, self.run_dir / "plasticity_distribution.png", title=self._title())
-        plot_depth(rows, self.run_dir / "plasticity_depth.png", title=self._title())
+        title = f"{self.cfg.model.name}: {task.reference} vs {self.cfg.dataset.name} ({task.mode})"
+        plot_distribution(stats, self.run_dir / "plasticity_distribution.png", title=title)
+        plot_depth(rows, self.run_dir / "plasticity_depth.png", title=title)
         log.info("plasticity ranking: %s", " > ".join(f"{g} ({m:.3f})" for g, m in order))
         log_analysis(self.cfg, self.identity(self.cfg), self.run_dir, tables={"plasticity": rows},
                      images={name: self.run_dir / f"{name}.png" for name in ("plasticity_distribution",
@@ -102,6 +103,3 @@ class Plasticity(AnalysisRecipe):
                 f"pairing={task.pairing!r}). Fix: a different reference or downstream dataset.")
         if kept < task.n_pairs:
             log.warning("%d of %d pairs were identical images and were left out", task.n_pairs - kept, task.n_pairs)
-
-    def _title(self) -> str:
-        return f"{self.cfg.model.name}: {self.cfg.task.reference} vs {self.cfg.dataset.name} ({self.cfg.task.mode})"

@@ -23,13 +23,6 @@ def image_side(cfg: DictConfig) -> int:
     return int(cfg.task.img_size or input_size(cfg.model.name, cfg.model.kwargs))
 
 
-def check_data_task(cfg: DictConfig, p: Problems) -> None:
-    """What ``task=prepare`` and ``task=inspect_data`` need: a model name (for the input side) and the data."""
-    check_model(cfg, p)
-    check_dataset(cfg, p, cfg.dataset.name)
-    check_dataset_values(cfg.dataset, p)
-
-
 @register
 class Prepare(RecipeBase):
     """Recipe of ``task=prepare``."""
@@ -40,7 +33,10 @@ class Prepare(RecipeBase):
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
-        check_data_task(cfg, p)
+        """A model name (for the input side) and the data: all ``task=inspect_data`` needs too."""
+        check_model(cfg, p)
+        check_dataset(cfg, p, cfg.dataset.name)
+        check_dataset_values(cfg.dataset, p)
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
