@@ -15,18 +15,22 @@ Example:
 """
 
 import builtins
+import copy
 import dataclasses
 import functools
 import importlib
 import inspect
 import math
 import types
+import re
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Union
 
-from plasticity.errors import did_you_mean
+from omegaconf import OmegaConf
+
+from plasticity.errors import Problems, did_you_mean
 
 BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
 """Words that mean a boolean but reach the config as text (``key='true'`` quoted, ``key=yes``)."""
@@ -158,6 +162,19 @@ class Trainer:
                                                         "clipping)")
     log_every_n_steps: int = rule(gt=0, fix="trainer.log_every_n_steps=1 (every optimizer step)")
     num_sanity_val_steps: int = rule(ge=-1, fix="e.g. trainer.num_sanity_val_steps=0 (-1: the whole validation set)")
+    # The arguments the task sets itself (a +trainer.<key> would be ignored): where they live.
+    max_steps: Any = rule(owner="task.max_steps")
+    max_epochs: Any = rule(owner="task.max_steps")
+    min_steps: Any = rule(owner="task.max_steps")
+    val_check_interval: Any = rule(owner="task.val_every")
+    check_val_every_n_epoch: Any = rule(owner="task.val_every")
+    accumulate_grad_batches: Any = rule(owner="task.batch_size (effective) and task.micro_batch_size")
+    callbacks: Any = rule(owner="callbacks=<a conf/callbacks option>")
+    logger: Any = rule(owner="logger=<a conf/logger option>")
+    default_root_dir: Any = rule(owner="paths.output_dir")
+    plugins: Any = rule(owner="hydra/launcher=slurm (SLURM is handled by submitit)")
+    use_distributed_sampler: Any = rule(owner="nothing: the datamodule shards the batches over trainer.devices x "
+                                              "trainer.num_nodes")
 
 
 @dataclass
@@ -270,6 +287,8 @@ TASKS: dict[str, type] = {"finetune": Finetune, "pretrain": Pretrain, "plasticit
                           "report": Report, "dashboard": Dashboard}
 """Each task's ``task.*`` schema (``conf/task/<name>.yaml``)."""
 
+TASK_OWNED_TRAINER = {f.name: f.metadata["owner"] for f in dataclasses.fields(Trainer) if "owner" in f.metadata}
+"""Trainer arguments the task sets itself -> where they live."""
 PLASTICITY_CALLBACK = "plasticity.callbacks.PlasticityCallback"
 
 
@@ -394,6 +413,8 @@ def walk(node: Any, specs: Mapping[str, Spec], key: str, owner: str, problems: l
 
 def check_value(value: Any, hint: Any, rules: Mapping[str, Any], key: str, problems: list[str]) -> None:
     """Adds the problem of one value (or, for a nested node, of each of its keys)."""
+    if "owner" in rules:
+        problems.append(f"{key}={value!r} is set by the task and would be ignored. Fix: {rules['owner']}.")
     if value is None and accepts(None, hint):
         return
     inner = [arm for arm in arms(hint) if arm is not type(None)]
@@ -580,3 +601,77 @@ def number_words(hint: type, rules: Mapping[str, Any]) -> str:
         name, bound = low or high
         return f"a{'n' if hint is int else ''} {noun} {dict(ge='>=', gt='>', le='<=', lt='<')[name]} {bound:g}"
     return f"a{'n' if hint is int else ' finite'} {noun}"
+
+
+# ----------------------------------------------------------------------------------- values
+
+
+def flat_keys(cfg: Any, prefix: str = "") -> list[str]:
+    """Every dotted key of a config (``optimizer.lr``, ``task.max_steps`` ...), interpolations unresolved."""
+    tree = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=False)
+    keys = []
+    for key, value in tree.items():
+        keys.append(f"{prefix}{key}")
+        if isinstance(value, dict):
+            keys += flat_keys(value, f"{prefix}{key}.")
+    return keys
+
+
+def _leaves(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    return [leaf for key, value in tree.items() for leaf in
+            (_leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else [(f"{prefix}{key}", value)])]
+
+
+def resolved(cfg: Any, raw: dict, p: Problems) -> dict | None:
+    """The job config (``raw``: before interpolation) as plain values, each interpolation resolved, or
+    None when one does not resolve (``+optimizer.foo=${nope}``, ``seed=${oc.env:UNSET}``): each is
+    named with OmegaConf's reason. ``${hydra:...}`` values resolve only inside the running job: they stay text."""
+    tree = copy.deepcopy(raw)
+    reasons: set[str] = set()
+    # Fewest interpolations first: a broken source (seed=${oc.env:UNSET}) is named, not run_name that reads it.
+    for key, value in sorted(_leaves(tree), key=lambda item: str(item[1]).count("${")):
+        if "${" not in str(value) or "${hydra:" in str(value) or key.startswith("hydra."):
+            continue
+        try:
+            found = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+        except Exception as err:  # OmegaConf's errors, or a resolver's: the first line says what
+            reason = str(err).splitlines()[0]
+            if reason not in reasons:  # a key that reads a broken one (run_name reads seed) fails the same way
+                reasons.add(reason)
+                p.add(f"{key}={value!r} cannot be resolved ({reason}). Fix: a plain value, or an interpolation of "
+                      f"a key that exists (python launch.py --cfg job lists them).")
+            continue
+        *parents, leaf = key.split(".")
+        node = functools.reduce(dict.__getitem__, parents, tree)
+        node[leaf] = OmegaConf.to_container(found, resolve=True) if OmegaConf.is_config(found) else found
+    return None if reasons else tree
+
+
+FOLDER_KEYS = ("dataset.name", "task.reference")
+"""Run-path keys whose values may hold a ``/`` (``fashion_mnist_c/motion_blur``: a folder per
+corruption, on purpose); any other ``/`` would add a folder the run's path does not have."""
+_PATH_KEY = re.compile(r"(?<=[{,:])\s*([A-Za-z_][\w.]*)\s*(?=[},])")
+"""The config keys an interpolation reads: ``${a.b}``, ``${resolver:a.b,c}``, ``${oc.select:a.b,null}``."""
+ABSENT = object()
+
+
+def get(tree: dict, key: str) -> Any:
+    """The value at a dotted ``key`` of a plain tree, or :data:`ABSENT`."""
+    for part in key.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return ABSENT
+        tree = tree[part]
+    return tree
+
+
+def check_run_path(raw: dict, values: dict, p: Problems) -> None:
+    """No value that ``run_name`` (the run's path under ``paths.output_dir``) reads adds a folder to
+    it. ``raw``: the job config before interpolation, ``values``: resolved (:func:`resolved`)."""
+    template = raw.get("run_name", "")
+    for key in dict.fromkeys(_PATH_KEY.findall(str(template))):
+        value = get(values, key)
+        if key in FOLDER_KEYS or not isinstance(value, (str, int, float)) or p.names(key):
+            continue
+        p.require("/" not in str(value) and str(value) not in (".", ".."),
+                  f"{key}={value!r} would add a folder to the run's path ({template}), which has one folder per "
+                  f"key. Fix: a value without '/'.")

