@@ -231,19 +231,14 @@ def claim_c1(inputs: ClaimInputs) -> list[dict]:
     what = "Kendall tau-b between P(f) and the paper's ranking"
     if not inputs.plasticity:
         return untestable("C1", what, NO_PLASTICITY)
-    details, taus = [], {}
+    found = {}
     for target, plast in sorted(inputs.plasticity.items()):
         values = {g: v for g, v in plast.items() if g in PAPER_RANKING}
-        if len(values) < MIN_GROUPS:
-            continue
-        tau, p, n = kendall_vs_paper(values)
-        taus[target] = tau
-        statistic = (f"{what} over n groups (P(f) from {inputs.sources.get(target, '?')}; measured: "
-                     f"{ranking_text(values)})")
-        details.append(per_target("C1", target, statistic, tau, p, n))
-    if not details:
-        return untestable("C1", what, f"fewer than {MIN_GROUPS} groups with P(f) on every target")
-    return [pooled("C1", what, taus)] + details
+        if len(values) >= MIN_GROUPS:
+            statistic = (f"{what} over n groups (P(f) from {inputs.sources.get(target, '?')}; measured: "
+                         f"{ranking_text(values)})")
+            found[target] = (statistic, *kendall_vs_paper(values))
+    return _pooled_claim("C1", what, found, f"fewer than {MIN_GROUPS} groups with P(f) on every target")
 
 
 def claim_c2(inputs: ClaimInputs) -> list[dict]:
@@ -269,18 +264,22 @@ def claim_c4(inputs: ClaimInputs) -> list[dict]:
 def _correlations(cid: str, what: str, plasticity: dict[str, dict[str, float]], other: dict[str, dict[str, float]],
                   sources: dict[str, str], none: str) -> list[dict]:
     """Per target with at least 3 groups in both: Spearman rho of P(f) against ``other``; pooled."""
-    details, rhos = [], {}
+    found = {}
     for target in sorted(set(plasticity) & set(other)):
         groups = [g for g in GROUPS if g in plasticity[target] and g in other[target]]
-        if len(groups) < MIN_GROUPS:
-            continue
-        rho, p = spearman([plasticity[target][g] for g in groups], [other[target][g] for g in groups])
-        rhos[target] = rho
-        statistic = f"{what} over n groups (P(f) from {sources.get(target, '?')})"
-        details.append(per_target(cid, target, statistic, rho, p, len(groups)))
-    if not details:
-        return untestable(cid, what, f"{none} for at least {MIN_GROUPS} groups")
-    return [pooled(cid, what, rhos)] + details
+        if len(groups) >= MIN_GROUPS:
+            rho, p = spearman([plasticity[target][g] for g in groups], [other[target][g] for g in groups])
+            found[target] = (f"{what} over n groups (P(f) from {sources.get(target, '?')})", rho, p, len(groups))
+    return _pooled_claim(cid, what, found, f"{none} for at least {MIN_GROUPS} groups")
+
+
+def _pooled_claim(cid: str, what: str, found: dict[str, tuple[str, float, float, int]], none: str) -> list[dict]:
+    """The pooled verdict row, then a detail row per target of ``found`` (target -> statistic, coefficient,
+    p, n); not testable (``none`` says why) without a target."""
+    if not found:
+        return untestable(cid, what, none)
+    details = [per_target(cid, target, *values) for target, values in found.items()]
+    return [pooled(cid, what, {target: values[1] for target, values in found.items()})] + details
 
 
 C3_PARTS = (("fc2", "better"), ("ln2", "better"), ("ln1", "better"), ("fc1", "no worse"))

@@ -79,10 +79,6 @@ def targets(root: Path, dataset: str | None = None, model: str | None = None) ->
     return sorted((d, m) for d, m in found if dataset in (None, d) and model in (None, m))
 
 
-def _fmt(value: object, spec: str) -> str:
-    return "-" if value is None else spec.format(value)
-
-
 def _pct(value: float | None) -> float | None:
     return None if value is None else 100.0 * value
 
@@ -112,10 +108,10 @@ def summary_table(root: Path, dataset: str, model: str, problems: list[Problem] 
     for c in [c for c in COMPONENTS if c in best or c in plasticity] + extra:
         b = best.get(c, {})
         params = b["records"][0].get("trainable_params") if b else None
-        table.add_row(c, _fmt(params, "{:,}"), _fmt(b.get("lr"), "{:g}"), _fmt(b.get("n_seeds"), "{}"),
-                      _fmt(_pct(b.get("best_val_acc")), "{:.2f}"), _fmt(_pct(b.get("test_acc")), "{:.2f}"),
-                      _fmt(a_rank.get(c), "{}"), _fmt(plasticity.get(c), "{:.3f}"), _fmt(p_rank.get(c), "{}"),
-                      _fmt(bounds.get(c), "{:.3g}"))
+        cells = ((params, "{:,}"), (b.get("lr"), "{:g}"), (b.get("n_seeds"), "{}"),
+                 (_pct(b.get("best_val_acc")), "{:.2f}"), (_pct(b.get("test_acc")), "{:.2f}"), (a_rank.get(c), "{}"),
+                 (plasticity.get(c), "{:.3f}"), (p_rank.get(c), "{}"), (bounds.get(c), "{:.3g}"))
+        table.add_row(c, *("-" if value is None else spec.format(value) for value, spec in cells))
     return table
 
 
