@@ -84,17 +84,13 @@ class FinetuneModule(L.LightningModule):
         self.net = net
         self.selection = selection
         self.optimizer_factory = optimizer
-        self.max_steps = max_steps
-        self.warmup_steps = warmup_steps
-        self.train_transform = train_transform
-        self.eval_transform = eval_transform
+        self.max_steps, self.warmup_steps = max_steps, warmup_steps
+        self.train_transform, self.eval_transform = train_transform, eval_transform
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.val_loss = MeanMetric()  # weighted by batch size: the mean over every example
-        self.test_loss = MeanMetric()
+        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()  # batch-size weighted: the mean over every example
         self.strict_loading = False  # checkpoints omit frozen weights
-        self._loss_sum = torch.zeros(())  # the micro-batches' losses since the last optimizer step
-        self._loss_count = 0
+        self._loss_sum, self._loss_count = torch.zeros(()), 0  # the losses since the last optimizer step
         self.config_hash = config_hash
         self._rng_to_restore: dict | None = None  # a resumed run's generator states, set at on_train_start
 

@@ -238,20 +238,14 @@ def build_trainer(cfg: DictConfig, run_dir: Path, checkpoints: list["ModelCheckp
     # ranks of a DDP job from srun's tasks (SLURM_PROCID, SLURM_NTASKS).
     slurm = [SLURMEnvironment(auto_requeue=False)] if SLURMEnvironment.detect() else []
     return hydra.utils.instantiate(
-        trainer,
-        strategy="ddp" if trainer.strategy == "auto" and world > 1 else trainer.strategy,
+        trainer, strategy="ddp" if trainer.strategy == "auto" and world > 1 else trainer.strategy,
         use_distributed_sampler=False,  # the datamodule shards its own epoch-seeded order
         precision=precision(trainer.precision, trainer_on_cuda(trainer)),
-        max_steps=task.max_steps,
-        accumulate_grad_batches=accumulation,
+        max_steps=task.max_steps, accumulate_grad_batches=accumulation,
         # Lightning counts the validation interval in micro-batches, across epochs (no per-epoch check).
-        val_check_interval=task.val_every * accumulation,
-        check_val_every_n_epoch=None,
-        callbacks=callbacks,
-        logger=instantiate_each(cfg.logger),
-        default_root_dir=str(run_dir),
-        plugins=[AtomicCheckpointIO(run_dir), *slurm],
-    )
+        val_check_interval=task.val_every * accumulation, check_val_every_n_epoch=None,
+        callbacks=callbacks, logger=instantiate_each(cfg.logger), default_root_dir=str(run_dir),
+        plugins=[AtomicCheckpointIO(run_dir), *slurm])
 
 
 def log_config(trainer: "L.Trainer", cfg: DictConfig, identity: dict, run_dir: Path, counts: dict[str, int],

@@ -221,28 +221,19 @@ class LinearProbe(RecipeBase):
             log.warning("L-BFGS stopped at task.max_iter=%d before reaching task.tol=%g (largest gradient entry "
                         "%.2e). Fix: raise task.max_iter.", task.max_iter, task.tol, gmax)
         dim = int(W.shape[1])
+        k = splits.num_classes
         fields = {
             "test_acc": accuracy(x["test"], y["test"], W, b),
             # select_c: the chosen C's validation accuracy, its selection score
             "best_val_acc": fitted["c_grid_val_acc"][str(C)] if task.select_c else fitted["val_acc"],
-            "test_loss": loss(x["test"], y["test"], W, b),
-            "train_acc": accuracy(x["train"], y["train"], W, b),
-            "C": C,
-            "select_c": bool(task.select_c),
-            "feature_dim": dim,
-            "num_classes": splits.num_classes,
+            "test_loss": loss(x["test"], y["test"], W, b), "train_acc": accuracy(x["train"], y["train"], W, b),
+            "C": C, "select_c": bool(task.select_c), "feature_dim": dim, "num_classes": k,
             "features": str(task.features),
             "pool": str(task.pool) if task.features == "block_output" else f"model:{net.global_pool}",
-            "strategy": "probe",
-            "trainable_params": dim * splits.num_classes + splits.num_classes,  # W (K, D) and b (K,)
-            "n_train": len(splits.train),
-            "n_val": len(splits.val),
-            "n_test": len(splits.test),
-            "iterations": fitted["iterations"],
-            "converged": fitted["iterations"] < task.max_iter,
-            "grad_max": gmax,
-            "precision": self.precision,
-            **timings,
+            "strategy": "probe", "trainable_params": dim * k + k,  # W (K, D) and b (K,)
+            "n_train": len(splits.train), "n_val": len(splits.val), "n_test": len(splits.test),
+            "iterations": fitted["iterations"], "converged": fitted["iterations"] < task.max_iter,
+            "grad_max": gmax, "precision": self.precision, **timings,
             "split_hash": splits.split_hash,
             "probe_file": PROBE_FILE,
         }
