@@ -207,44 +207,48 @@ def _number(text: str, column: str, line: int) -> float:
         raise ValueError(f"line {line}: {column}={text!r} is not a number") from None
 
 
-def _rows(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, row) of a CSV; raises ValueError on an empty file or a row whose field count
-    differs from the header's (a truncated or corrupt file)."""
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None:
-            raise ValueError("empty file")
-        for row in reader:
-            if None in row or None in row.values():  # DictReader: a long row has a None key, a short one None values
-                raise ValueError(f"line {reader.line_num}: field count differs from the header's (truncated?)")
-            yield reader.line_num, row
-
-
-def _metric_points(path: Path, columns: Iterable[str]) -> dict[str, tuple[list[float], list[float]]]:
-    """(steps, values) per column where both cells are set; the checks and errors of :func:`_rows`.
-
-    Reads rows as lists by the header's indices, not as dicts (:func:`_rows`): the report reads every
-    chosen run's ``metrics.csv``, thousands in a large sweep, and a dict per row cost 3x the time.
-    """
-    points: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in columns}
+def _table(path: Path) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
+    """A CSV's header and its (line number, row) pairs, blank lines skipped; raises ValueError on an
+    empty file or a row whose field count differs from the header's (a truncated or corrupt file)."""
     with open(path, newline="") as f:
         reader = csv.reader(f)
         header = next(reader, None)
         if header is None:
             raise ValueError("empty file")
-        index = {name: i for i, name in enumerate(header)}  # a repeated name: its last column, as DictReader
-        step_at = index.get("step")
-        wanted = [(index[c], c, points[c]) for c in points if c in index]
-        for row in reader:
-            if not row:  # a blank line, which DictReader skips
-                continue
-            if len(row) != len(header):
-                raise ValueError(f"line {reader.line_num}: field count differs from the header's (truncated?)")
-            step = None if step_at is None else row[step_at]
-            for i, column, (steps, values) in wanted if step else ():
-                if row[i] != "":
-                    steps.append(_number(step, "step", reader.line_num))
-                    values.append(_number(row[i], column, reader.line_num))
+        rows = [(reader.line_num, row) for row in reader if row]
+    return header, _same_length(header, rows)
+
+
+def _same_length(header: list[str], rows: list[tuple[int, list[str]]]) -> Iterator[tuple[int, list[str]]]:
+    for line, row in rows:  # checked as read: a bad cell above a short row is named first
+        if len(row) != len(header):
+            raise ValueError(f"line {line}: field count differs from the header's (truncated?)")
+        yield line, row
+
+
+def _rows(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, row as a dict: a repeated name, its last column) of a CSV (:func:`_table`)."""
+    header, rows = _table(path)
+    return ((line, dict(zip(header, row))) for line, row in rows)
+
+
+def _metric_points(path: Path, columns: Iterable[str]) -> dict[str, tuple[list[float], list[float]]]:
+    """(steps, values) per column where both cells are set; the checks and errors of :func:`_table`.
+
+    Reads rows as lists by the header's indices, not as dicts (:func:`_rows`): the report reads every
+    chosen run's ``metrics.csv``, thousands in a large sweep, and a dict per row cost 3x the time.
+    """
+    points: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in columns}
+    header, rows = _table(path)
+    index = {name: i for i, name in enumerate(header)}  # a repeated name: its last column, as in _rows
+    step_at = index.get("step")
+    wanted = [(index[c], c, points[c]) for c in points if c in index]
+    for line, row in rows:
+        step = None if step_at is None else row[step_at]
+        for i, column, (steps, values) in wanted if step else ():
+            if row[i] != "":
+                steps.append(_number(step, "step", line))
+                values.append(_number(row[i], column, line))
     return points
 
 
