@@ -25,7 +25,7 @@ import torch
 from plasticity.data.datamodule import EpochBatchSampler, ResumableLoader
 from plasticity.module import rng_states, set_rng_states
 from plasticity.report.collect import read_metrics
-from plasticity.runs.checkpoints import CONFIG_HASH_KEY, keep_metrics, metrics_files, prepare_resume
+from plasticity.runs.checkpoints import CONFIG_HASH_KEY, metrics_files, move_metrics_to_part, prepare_resume
 from plasticity.runs.state import inspect_run
 from plasticity.runs.stop import storage_fault
 from tests import forklaunch
@@ -171,11 +171,11 @@ def test_metric_parts_are_read_in_number_order_each_step_once(tmp_path):
 
 def test_a_row_cut_short_by_the_interruption_is_left_out_of_the_part(tmp_path):
     write_csv(tmp_path / "metrics.csv", [(0, 1.0), (1, 2.0)], torn="2,3.")
-    assert "metrics.part0.csv" in keep_metrics(tmp_path)
+    assert "metrics.part0.csv" in move_metrics_to_part(tmp_path)
     assert (tmp_path / "metrics.part0.csv").read_text() == "step,train/loss\n0,1.0\n1,2.0\n"
     assert not (tmp_path / "metrics.csv").exists()
     write_csv(tmp_path / "metrics.csv", [(2, 3.0)])
-    keep_metrics(tmp_path)
+    move_metrics_to_part(tmp_path)
     assert (tmp_path / "metrics.part1.csv").read_text() == "step,train/loss\n2,3.0\n"
 
 

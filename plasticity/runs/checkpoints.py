@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BEST_CHECKPOINT", "CHECKPOINT_DIR", "CONFIG_HASH_KEY", "DURING_TRAINING",
            "LAST_CHECKPOINT", "METRICS_FILE", "METRICS_PARTS", "WEIGHTS_FILE", "best_and_last", "check_checkpoint",
-           "checkpoint_step", "keep_metrics", "metrics_files", "prepare_resume", "read_checkpoint"]
+           "checkpoint_step", "metrics_files", "move_metrics_to_part", "prepare_resume", "read_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def _part_number(path: Path) -> int:
     return int(number) if number.isdigit() else -1  # a hand-made name sorts first
 
 
-def keep_metrics(run_dir: str | Path) -> str:
+def move_metrics_to_part(run_dir: str | Path) -> str:
     """Renames an interrupted run's ``metrics.csv`` to the next ``metrics.part<k>.csv`` (the CSV
     logger of the resumed run would overwrite it); returns the log's note on it (empty if none).
 
@@ -126,7 +126,7 @@ CHECKPOINT_KEYS = ("global_step", "state_dict", "loops", "optimizer_states")
 
 def prepare_resume(run_dir: str | Path, max_steps: int, config_hash: str | None = None) -> str | None:
     """Moves files so that an interrupted run in ``run_dir`` can resume: its ``metrics.csv`` to
-    the next part (:func:`keep_metrics`), checkpoints that cannot resume it aside. Returns the
+    the next part (:func:`move_metrics_to_part`), checkpoints that cannot resume it aside. Returns the
     newest complete checkpoint; None when there is none (the run starts at step 0).
 
     ``last.ckpt`` first, then ``best.ckpt`` (an earlier validation; resuming there replays the
@@ -144,14 +144,14 @@ def prepare_resume(run_dir: str | Path, max_steps: int, config_hash: str | None 
             continue
         step, problem = check_checkpoint(path, config_hash)
         if problem is None:
-            kept = keep_metrics(run_dir)
+            kept = move_metrics_to_part(run_dir)
             log.info("resuming an interrupted run from step %s of %d (%s)%s", step, max_steps, path, kept)
             return str(path)
         aside = path.with_name(f"{name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
         path.rename(aside)
         log.warning("cannot resume from %s (%s): moved it to %s", path, problem, aside.name)
     if any(folder.glob("*.unreadable-*")):
-        kept = keep_metrics(run_dir)
+        kept = move_metrics_to_part(run_dir)
         log.warning("no readable checkpoint left in %s: the run restarts from step 0%s", folder, kept)
     return None
 
