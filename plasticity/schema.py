@@ -73,7 +73,7 @@ class Model:
     kwargs: dict[str, Any]
 
 
-RGB = "one per RGB channel (grey images are expanded to RGB)"
+RGB = tuple[float, float, float]  # one per RGB channel (grey images are expanded to RGB)
 
 
 @dataclass
@@ -81,14 +81,13 @@ class ImageData:
     name: str
     severity: int  # its range: plasticity.data's check_severity
     download: bool
-    limit: Optional[int] = rule(gt=0, fix="e.g. dataset.limit=1000, or null (every training example)")
-    eval_limit: Optional[int] = rule(gt=0, fix="e.g. dataset.eval_limit=500, or null (every example)")
-    num_workers: Union[Literal["auto"], int] = rule(ge=0, fix="dataset.num_workers=auto (0 without CUDA, else up "
-                                                              "to 8)")
+    limit: Optional[int] = rule(gt=0)
+    eval_limit: Optional[int] = rule(gt=0)
+    num_workers: Union[Literal["auto"], int] = rule(ge=0, fix="dataset.num_workers=auto (0 without CUDA, else <= 8)")
     num_classes: Optional[int] = rule(gt=0, fix="dataset.num_classes=null (the dataset's own)")
     classes: Optional[list[int]] = rule(ge=0, fix="e.g. dataset.classes=[5,6,7,8,9] dataset.num_classes=5")
-    mean: tuple[float, float, float] = rule(fix=f"e.g. dataset.mean=[0.485,0.456,0.406] (ImageNet), {RGB}")
-    std: tuple[float, float, float] = rule(gt=0, fix=f"e.g. dataset.std=[0.229,0.224,0.225] (ImageNet), {RGB}")
+    mean: RGB = rule(fix="e.g. dataset.mean=[0.485,0.456,0.406] (ImageNet's)")
+    std: RGB = rule(gt=0, fix="e.g. dataset.std=[0.229,0.224,0.225] (ImageNet's)")
     augment: bool
     crop_scale: tuple[float, float] = rule(gt=0, le=1, fix="e.g. dataset.crop_scale=[0.08,1.0] (torchvision's)")
     hflip: bool
@@ -103,18 +102,16 @@ class TextData(ImageData):
 @dataclass
 class Auto:
     reference: str
-    n_pairs: int = rule(gt=0, fix="e.g. component.auto.n_pairs=1024")
-    batch_size: int = rule(gt=0, fix="e.g. component.auto.batch_size=64")
-    budget: Optional[float] = rule(gt=0, le=1, fix="e.g. component.auto.budget=0.05, or null (the most plastic "
-                                                   "whole group)")
+    n_pairs: int = rule(gt=0)
+    batch_size: int = rule(gt=0)
+    budget: Optional[float] = rule(gt=0, le=1, fix="e.g. component.auto.budget=0.05, or null (one whole group)")
 
 
 @dataclass
 class Component:
     name: str
     train_final_norm: bool
-    blocks: Optional[list[int]] = rule(ge=0, min_len=1, fix="e.g. component.blocks=[8,9,10,11], or null (every "
-                                                            "block)")
+    blocks: Optional[list[int]] = rule(ge=0, min_len=1, fix="e.g. component.blocks=[8,9,10,11], or null (all)")
     lr_scale: Optional[dict[str, float]] = rule(gt=0, fix="e.g. component.lr_scale={ln1: 10}")
 
 
@@ -142,27 +139,23 @@ class Optimizer:
     below 1 (every schedule here assumes it); the other arguments are the class's own."""
 
     _target_: str
-    _partial_: Literal[True] = rule(fix="optimizer._partial_=true (the module builds the optimizer from the "
-                                        "trainable parameters)")
+    _partial_: Literal[True] = rule(fix="optimizer._partial_=true (the module passes the trainable parameters)")
     lr: float = rule(gt=0, fix="e.g. optimizer.lr=1e-2")
     momentum: float = rule(ge=0, lt=1, fix="e.g. optimizer.momentum=0.9")
 
 
 @dataclass
 class Trainer:
-    """Narrower than Lightning's Trainer: its other arguments are checked by its own hints and by
-    building it (:func:`plasticity.validate.check_trainer`)."""
+    """Narrower than Lightning's Trainer (its other arguments: its own hints, and building it); the
+    arguments the task sets itself (``owner``: where they live; a ``+trainer.<key>`` would be ignored)."""
 
     _target_: str
-    strategy: Literal["auto", "ddp"] = rule(fix="trainer.strategy=ddp (auto: Lightning's ddp when trainer.devices x "
-                                                "trainer.num_nodes > 1)")
+    strategy: Literal["auto", "ddp"] = rule(fix="trainer.strategy=ddp (auto: ddp when devices x num_nodes > 1)")
     precision: str = rule(fix="trainer.precision=auto (bf16-mixed on CUDA, 32-true on the CPU)")
-    num_nodes: int = rule(gt=0, fix="e.g. trainer.num_nodes=1")
-    gradient_clip_val: Optional[float] = rule(ge=0, fix="trainer.gradient_clip_val=1.0 (the paper's), or null (no "
-                                                        "clipping)")
+    num_nodes: int = rule(gt=0)
+    gradient_clip_val: Optional[float] = rule(ge=0, fix="trainer.gradient_clip_val=1.0 (the paper's)")
     log_every_n_steps: int = rule(gt=0, fix="trainer.log_every_n_steps=1 (every optimizer step)")
     num_sanity_val_steps: int = rule(ge=-1, fix="e.g. trainer.num_sanity_val_steps=0 (-1: the whole validation set)")
-    # The arguments the task sets itself (a +trainer.<key> would be ignored): where they live.
     max_steps: Any = rule(owner="task.max_steps")
     max_epochs: Any = rule(owner="task.max_steps")
     min_steps: Any = rule(owner="task.max_steps")
@@ -173,22 +166,21 @@ class Trainer:
     logger: Any = rule(owner="logger=<a conf/logger option>")
     default_root_dir: Any = rule(owner="paths.output_dir")
     plugins: Any = rule(owner="hydra/launcher=slurm (SLURM is handled by submitit)")
-    use_distributed_sampler: Any = rule(owner="nothing: the datamodule shards the batches over trainer.devices x "
-                                              "trainer.num_nodes")
+    use_distributed_sampler: Any = rule(owner="nothing: the datamodule shards the batches over the processes")
 
 
 @dataclass
 class PlasticityCallback:
     reference: str
     every_n_steps: int = rule(gt=0, fix="e.g. callbacks.plasticity.every_n_steps=100")
-    n_pairs: int = rule(gt=0, fix="e.g. callbacks.plasticity.n_pairs=256")
-    batch_size: int = rule(gt=0, fix="e.g. callbacks.plasticity.batch_size=128")
+    n_pairs: int = rule(gt=0)
+    batch_size: int = rule(gt=0)
     mode: str = rule(choices="plasticity.measure:MODES", fix="callbacks.plasticity.mode=embedding (the paper's)")
     groups: Sequence[str] = rule(choices="plasticity.components:GROUPS", min_len=1,
                                  fix="e.g. callbacks.plasticity.groups=[mha,fc1] (the default measures all five)")
     downstream: Optional[str]
-    downstream_classes: Optional[list[int]] = rule(ge=0, fix="e.g. callbacks.plasticity.downstream_classes=[5,6,7]")
-    window: Optional[int] = rule(gt=0, fix="callbacks.plasticity.window=${dataset.window}")
+    downstream_classes: Optional[list[int]] = rule(ge=0)
+    window: Optional[int] = rule(gt=0)
 
 
 # ------------------------------------------------------------------------------------ tasks
@@ -197,12 +189,12 @@ class PlasticityCallback:
 @dataclass
 class Pretrain:
     name: str
-    max_steps: int = rule(gt=0, fix="e.g. task.max_steps=10000")
-    warmup_steps: int = rule(ge=0, fix="e.g. task.warmup_steps=2000")
-    val_every: int = rule(gt=0, fix="e.g. task.val_every=500")
-    batch_size: int = rule(gt=0, fix="e.g. task.batch_size=512")
-    micro_batch_size: int = rule(gt=0, fix="e.g. task.micro_batch_size=128")
-    eval_batch_size: int = rule(gt=0, fix="e.g. task.eval_batch_size=512")
+    max_steps: int = rule(gt=0)
+    warmup_steps: int = rule(ge=0)
+    val_every: int = rule(gt=0)
+    batch_size: int = rule(gt=0)
+    micro_batch_size: int = rule(gt=0)
+    eval_batch_size: int = rule(gt=0)
 
 
 @dataclass
@@ -215,8 +207,8 @@ class Bounds:
     name: str
     analysis: bool
     reference: str
-    n_pairs: int = rule(gt=0, fix="e.g. task.n_pairs=12800")
-    batch_size: int = rule(gt=0, fix="e.g. task.batch_size=64")
+    n_pairs: int = rule(gt=0)
+    batch_size: int = rule(gt=0)
     pairing: str = rule(choices="plasticity.measure:PAIRINGS", fix="task.pairing=sequential (the official code's)")
     pairing_seed: int
     precision: Literal["32-true", "bf16-mixed"] = rule(fix="task.precision=32-true")
@@ -233,18 +225,16 @@ class Plasticity(Bounds):
 @dataclass
 class LinearProbe:
     name: str
-    features: str = rule(choices="plasticity.probe:FEATURES", fix="task.features=block_output (the last block's "
-                                                                   "output, as the official code)")
+    features: str = rule(choices="plasticity.probe:FEATURES", fix="task.features=block_output (the official code's)")
     pool: str = rule(choices="plasticity.probe:POOLS", fix="task.pool=mean (every token, as the official code)")
     C: float = rule(gt=0, fix="e.g. task.C=1.0")
-    select_c: bool = rule(fix="task.select_c=true to choose C on validation accuracy over task.c_grid, or false")
+    select_c: bool
     c_grid: list[float] = rule(gt=0, min_len=1, fix="e.g. task.c_grid=[1e-3,1e-2,1e-1,1,10,100]")
-    max_iter: int = rule(gt=0, fix="e.g. task.max_iter=5000")
-    tol: float = rule(gt=0, fix="e.g. task.tol=1e-4")
+    max_iter: int = rule(gt=0)
+    tol: float = rule(gt=0)
     dtype: str = rule(choices="plasticity.recipes.linear_probe:DTYPES", fix="task.dtype=float64 (matches sklearn)")
-    batch_size: int = rule(gt=0, fix="e.g. task.batch_size=256")
-    precision: str = rule(choices="plasticity.recipes.linear_probe:PRECISIONS",
-                          fix="task.precision=auto (bf16-mixed on CUDA, 32-true on the CPU)")
+    batch_size: int = rule(gt=0)
+    precision: str = rule(choices="plasticity.recipes.linear_probe:PRECISIONS", fix="task.precision=auto")
     device: str  # its choices and CUDA: plasticity.devices.check_device
     c_tag: dict[str, str]
 
@@ -257,36 +247,33 @@ class InspectData:
 
 @dataclass
 class Prepare(InspectData):
-    train_size: int = rule(gt=0, fix="e.g. task.train_size=256")
+    train_size: int = rule(gt=0)
     workers: Union[Literal["auto"], int] = rule(gt=0, fix="task.workers=auto (all cores but one)")
 
 
 @dataclass
 class Report:
     name: str
-    select: Literal["val", "test"] = rule(fix="task.select=val (learning rate chosen on validation; test: the "
-                                              "paper's choice)")
-    optimizer: Optional[str] = rule(fix="task.optimizer=null (every optimizer), or sgd | adamw")
+    select: Literal["val", "test"] = rule(fix="task.select=val (learning rate chosen on validation)")
+    optimizer: Optional[str]
 
 
 @dataclass
 class Dashboard:
     name: str
     project: str = rule(min_len=1, fix="task.project=plasticity (logger.wandb.project)")
-    entity: Optional[str] = rule(min_len=1, fix="task.entity=null")
-    workspace: Optional[str] = rule(min_len=1, fix="task.workspace=null")
-    dataset: Optional[str] = rule(min_len=1, fix="task.dataset=null")
-    model: Optional[str] = rule(min_len=1, fix="task.model=null")
-    group: Optional[str] = rule(min_len=1, fix="task.group=null")
-    online: Union[Literal["auto"], bool] = rule(fix="task.online=auto (save when W&B can be reached, else write "
-                                                    "workspace.json)")
+    entity: Optional[str] = rule(min_len=1)
+    workspace: Optional[str] = rule(min_len=1)
+    dataset: Optional[str] = rule(min_len=1)
+    model: Optional[str] = rule(min_len=1)
+    group: Optional[str] = rule(min_len=1)
+    online: Union[Literal["auto"], bool] = rule(fix="task.online=auto (save when W&B can be reached)")
 
 
 TASKS: dict[str, type] = {"finetune": Finetune, "pretrain": Pretrain, "plasticity": Plasticity, "bounds": Bounds,
                           "linear_probe": LinearProbe, "prepare": Prepare, "inspect_data": InspectData,
                           "report": Report, "dashboard": Dashboard}
 """Each task's ``task.*`` schema (``conf/task/<name>.yaml``)."""
-
 TASK_OWNED_TRAINER = {f.name: f.metadata["owner"] for f in dataclasses.fields(Trainer) if "owner" in f.metadata}
 """Trainer arguments the task sets itself -> where they live."""
 PLASTICITY_CALLBACK = "plasticity.callbacks.PlasticityCallback"
@@ -295,7 +282,7 @@ PLASTICITY_CALLBACK = "plasticity.callbacks.PlasticityCallback"
 @dataclass
 class Root:
     seed: int = rule(ge=0, fix="e.g. seed=0 (the paper's seeds: 0, 42, 3407)")
-    threads: Optional[int] = rule(gt=0, fix="threads=null (torch's default) or e.g. threads=1")
+    threads: Optional[int] = rule(gt=0)
     matmul_precision: str  # torch.set_float32_matmul_precision checks it
     print_config: bool
     resume: bool
