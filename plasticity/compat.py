@@ -153,3 +153,21 @@ def route_qkv_through_forward(attention: Any) -> bool:
 def restore_qkv(attention: Any) -> None:
     """Undoes :func:`route_qkv_through_forward` (the attention's own ``F.linear`` again)."""
     attention.qkv_bias_separate = False
+
+
+# ------------------------------------------------------------------ lightning 2.6.6
+
+
+def without_anonymous(logger: Any) -> Any:
+    """Lightning's ``WandbLogger`` with no ``anonymous`` argument for ``wandb.init`` (returned).
+
+    It always passes one (None by default; its private ``_wandb_init``), which wandb 0.31 deprecates
+    with a warning and otherwise ignores."""
+    logger._wandb_init.pop("anonymous", None)
+    return logger
+
+
+def run_started(logger: Any) -> bool:
+    """Whether a Lightning ``WandbLogger`` has started (or attached to) its W&B run: its public
+    ``experiment`` would start one, so its private ``_experiment`` is read."""
+    return logger._experiment is not None

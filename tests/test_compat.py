@@ -225,3 +225,26 @@ def test_route_qkv_through_forward_calls_the_qkv_linear_with_the_same_output(fam
     restore_qkv(attention)
     attention(x)
     assert calls == [1], changed
+
+
+# ------------------------------------------------------------------ lightning
+
+
+def test_wandb_logger_privates_anonymous_left_out_and_run_started(monkeypatch, tmp_path):
+    """compat.without_anonymous drops the argument Lightning's WandbLogger passes to wandb.init, and
+    compat.run_started says whether its run started (checked against lightning 2.6.6)."""
+    import wandb
+    from lightning.pytorch.loggers import WandbLogger
+
+    from plasticity.compat import run_started, without_anonymous
+
+    calls = []
+    monkeypatch.setattr(wandb, "run", None)
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: calls.append(kwargs) or object())
+    logger = without_anonymous(WandbLogger(project="p", save_dir=str(tmp_path)))
+    changed = (f"lightning {version('lightning')}: WandbLogger keeps its wandb.init arguments or its run differently "
+               f"(checked against 2.6.6): re-read lightning/pytorch/loggers/wandb.py")
+    assert not run_started(logger), changed
+    logger.experiment
+    assert run_started(logger) and len(calls) == 1, changed
+    assert calls[0]["project"] == "p" and "anonymous" not in calls[0], changed

@@ -32,6 +32,7 @@ from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
+from plasticity.compat import run_started, without_anonymous
 from plasticity.tracking import STEP_METRIC, SUMMARY_KEYS, wandb_enabled
 
 __all__ = ["STEP_METRIC", "WandbLogger", "finish", "log_analysis", "open_run", "run_config", "wandb_enabled"]
@@ -55,7 +56,7 @@ class WandbLogger(LightningWandbLogger):
 
     def __init__(self, *args: Any, osh: bool = False, osh_dir: str = OSH_DIR, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._wandb_init.pop("anonymous", None)  # deprecated in wandb: it only printed a warning
+        without_anonymous(self)  # deprecated in wandb: it only printed a warning
         self._osh_dir = str(Path(osh_dir).expanduser()) if osh else None
         self._defined = False
 
@@ -78,7 +79,7 @@ class WandbLogger(LightningWandbLogger):
     @rank_zero_only
     def finalize(self, status: str) -> None:  # noqa: D102 - Lightning's, plus a last osh trigger
         super().finalize(status)
-        if self._osh_dir and self._experiment is not None:
+        if self._osh_dir and run_started(self):
             trigger_sync(self._osh_dir)
 
 
