@@ -135,7 +135,7 @@ def test_missing_data_names_the_dataset_the_path_and_the_fix(tmp_path: Path, nam
         DataSpec(name, tmp_path).check()
     message = str(err.value)
     assert message.startswith(f"{name}: ") and str(src.path(tmp_path)) in message
-    assert ("dataset.download=true" in message) == src.downloadable
+    assert ("dataset.download=true" in message) == (src.torchvision is not None)
     assert "http" in message or "dataset.download=true" in message
 
 

@@ -263,7 +263,7 @@ def test_datamodule_serves_token_batches(debates):
     spec, splits = debates
     dm = DataModule(spec, micro_batch_size=16, eval_batch_size=50, seed=3, num_workers=0)
     dm.check()
-    assert dm.modality == "text" and dm.num_classes == 3 and dm.split_hash == splits.split_hash
+    assert dm.num_classes == 3 and dm.split_hash == splits.split_hash
     assert not dm.cpu_augment
     ids, labels = next(iter(dm.train_dataloader()))
     assert ids.dtype == torch.int64 and ids.shape == (16, MAX_LENGTH) and labels.dtype == torch.int64

@@ -33,9 +33,7 @@ from plasticity.data.splits import DATASETS, Splits, official_splits, split_indi
 from plasticity.data.prepared import open_prepared, prepare, prepared_path, prepared_root
 from plasticity.data.spec import DataSpec, check_text_spec, load_splits
 
-__all__ = [
-    "DATASETS", "NUM_SEVERITIES", "PAD", "SOURCES", "TEXT_CORRUPTIONS", "ArraySet", "DataError", "DataSpec", "FileSet",
-    "Source", "Splits", "TextSet", "TokenSet", "check_text_spec", "load_splits", "modality", "official_splits",
-    "open_prepared", "prepare", "prepared_path", "prepared_root", "source", "split_indices", "text_problems",
-    "window_rows", "windows",
-]
+__all__ = ["DATASETS", "NUM_SEVERITIES", "PAD", "SOURCES", "TEXT_CORRUPTIONS", "ArraySet", "DataError", "DataSpec",
+           "FileSet", "Source", "Splits", "TextSet", "TokenSet", "check_text_spec", "load_splits", "modality",
+           "official_splits", "open_prepared", "prepare", "prepared_path", "prepared_root", "source", "split_indices",
+           "text_problems", "window_rows", "windows"]

@@ -36,25 +36,14 @@ class DeviceTransform(torch.nn.Module):
             Both give the same result.
     """
 
-    def __init__(
-        self,
-        img_size: int,
-        mean: Sequence[float],
-        std: Sequence[float],
-        *,
-        train: bool,
-        crop_scale: tuple[float, float] = (0.08, 1.0),
-        crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
-        hflip: bool = True,
-        per_image: bool | None = None,
-    ) -> None:
+    def __init__(self, img_size: int, mean: Sequence[float], std: Sequence[float], *, train: bool,
+                 crop_scale: tuple[float, float] = (0.08, 1.0), crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
+                 hflip: bool = True, per_image: bool | None = None) -> None:
         super().__init__()
-        self.per_image = per_image
         if len(mean) != 3 or len(std) != 3:
             raise ValueError(f"mean and std need 3 values, got {list(mean)} and {list(std)}")
-        self.img_size, self.train_mode, self.hflip = int(img_size), train, hflip
-        self.crop_scale = (float(crop_scale[0]), float(crop_scale[1]))
-        self.crop_ratio = (float(crop_ratio[0]), float(crop_ratio[1]))
+        self.img_size, self.train_mode, self.hflip, self.per_image = int(img_size), train, hflip, per_image
+        self.crop_scale, self.crop_ratio = tuple(map(float, crop_scale)), tuple(map(float, crop_ratio))
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
 
@@ -86,13 +75,11 @@ class DeviceTransform(torch.nn.Module):
     def _eval(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-2:] == (self.img_size, self.img_size):  # prepared eval images, JPEG-path batches
             return x
-        x = TF.resize(x, [self.img_size], antialias=True)
-        return TF.center_crop(x, [self.img_size, self.img_size])
+        return TF.center_crop(TF.resize(x, [self.img_size], antialias=True), [self.img_size, self.img_size])
 
     def _train(self, x: torch.Tensor) -> torch.Tensor:
         b, _, h, w = x.shape
-        top, left, ch, cw = sample_crops(b, h, w, self.crop_scale, self.crop_ratio, device=x.device)
-        return self._resample(x, top, left, ch, cw)
+        return self._resample(x, *sample_crops(b, h, w, self.crop_scale, self.crop_ratio, device=x.device))
 
     def _resample(self, x: torch.Tensor, top, left, ch, cw) -> torch.Tensor:
         """Resize each image's box to ``img_size`` (antialiased bilinear), flipping in train mode."""
@@ -139,15 +126,8 @@ def _to_stored(start: torch.Tensor, length: torch.Tensor, original: torch.Tensor
     return first.clamp_max(stored - length), length
 
 
-def sample_crops(
-    batch: int,
-    height: int | torch.Tensor,
-    width: int | torch.Tensor,
-    scale: tuple[float, float],
-    ratio: tuple[float, float],
-    *,
-    device: torch.device | str = "cpu",
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def sample_crops(batch: int, height: int | torch.Tensor, width: int | torch.Tensor, scale: tuple[float, float],
+                 ratio: tuple[float, float], *, device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
     """Sample one crop box per image like ``torchvision.transforms.RandomResizedCrop.get_params``.
 
     Ten candidate (area, log aspect ratio) pairs per image; the first that fits is used with
@@ -169,8 +149,7 @@ def sample_crops(
     width = torch.as_tensor(width, device=device).long().expand(batch)
     area = (height * width).double()[:, None]
     target = area * torch.empty(batch, _ATTEMPTS, device=device).uniform_(scale[0], scale[1])
-    log_r = torch.empty(batch, _ATTEMPTS, device=device).uniform_(math.log(ratio[0]), math.log(ratio[1]))
-    aspect = torch.exp(log_r)
+    aspect = torch.exp(torch.empty(batch, _ATTEMPTS, device=device).uniform_(math.log(ratio[0]), math.log(ratio[1])))
     cw = torch.round(torch.sqrt(target * aspect)).long()
     ch = torch.round(torch.sqrt(target / aspect)).long()
     ok = (cw > 0) & (cw <= width[:, None]) & (ch > 0) & (ch <= height[:, None])
@@ -187,12 +166,9 @@ def sample_crops(
 
 def _fallback_size(height: torch.Tensor, width: torch.Tensor, ratio: tuple[float, float]):
     """torchvision's fallback: the whole image, clamped to the aspect ratio bounds."""
-    in_ratio = width.double() / height.double()
-    lo, hi = min(ratio), max(ratio)
-    narrow, wide = in_ratio < lo, in_ratio > hi
-    fh = torch.where(narrow, torch.round(width / lo).long(), height)
-    fw = torch.where(wide, torch.round(height * hi).long(), width)
-    return fh, fw
+    in_ratio, lo, hi = width.double() / height.double(), min(ratio), max(ratio)
+    fh = torch.where(in_ratio < lo, torch.round(width / lo).long(), height)
+    return fh, torch.where(in_ratio > hi, torch.round(height * hi).long(), width)
 
 
 def resize_weights(size: int, start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tensor:

@@ -23,13 +23,8 @@ _SPECKLE = (0.06, 0.1, 0.12, 0.16, 0.2)
 _IMPULSE = (0.01, 0.02, 0.03, 0.05, 0.07)
 _MOTION = ((10, 1.0), (10, 1.5), (10, 2.0), (10, 2.5), (12, 3.0))
 # (loc, scale, zoom, threshold, blur radius, blur sigma, blend)
-_SNOW = (
-    (0.1, 0.2, 1.0, 0.6, 8, 3, 0.95),
-    (0.1, 0.2, 1.0, 0.5, 10, 4, 0.9),
-    (0.15, 0.3, 1.75, 0.55, 10, 4, 0.9),
-    (0.25, 0.3, 2.25, 0.6, 12, 6, 0.85),
-    (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8),
-)
+_SNOW = ((0.1, 0.2, 1.0, 0.6, 8, 3, 0.95), (0.1, 0.2, 1.0, 0.5, 10, 4, 0.9), (0.15, 0.3, 1.75, 0.55, 10, 4, 0.9),
+         (0.25, 0.3, 2.25, 0.6, 12, 6, 0.85), (0.3, 0.3, 1.25, 0.65, 14, 12, 0.8))
 
 
 def check_severity(severity: int) -> None:
@@ -59,22 +54,14 @@ def corrupt(images: np.ndarray, name: str, severity: int, seed: int) -> np.ndarr
     check_severity(severity)
     if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] not in (1, 3):
         raise ValueError(f"expected uint8 images of shape (N, H, W, C in {{1, 3}}), got {images.dtype} {images.shape}")
-    rng = np.random.default_rng(seed)
-    x = images.astype(np.float32) / 255.0
-    out = _FUNCTIONS[name](x, int(severity) - 1, rng)
-    return _to_uint8(out)
-
-
-def _to_uint8(x: np.ndarray) -> np.ndarray:
-    """Clip a ``[0, 1]`` float image to range and quantise it to ``uint8``."""
-    return np.rint(np.clip(x, 0.0, 1.0) * 255.0).astype(np.uint8)
+    out = _FUNCTIONS[name](images.astype(np.float32) / 255.0, int(severity) - 1, np.random.default_rng(seed))
+    return np.rint(np.clip(out, 0.0, 1.0) * 255.0).astype(np.uint8)  # clipped to [0, 1], quantised
 
 
 def _contrast(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
     """Blend every image toward its per-channel mean."""
-    c = _CONTRAST[s]
     means = x.mean(axis=(1, 2), keepdims=True)
-    return (x - means) * c + means
+    return (x - means) * _CONTRAST[s] + means
 
 
 def _gaussian_noise(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
@@ -114,14 +101,11 @@ def motion_blur_batch(x: np.ndarray, radius: float, sigma: float, angles: np.nda
         The blurred array (float32, same shape), edges replicated.
     """
     n, h, w = x.shape[:3]
-    width = 2 * math.ceil(radius) + 1
-    taps = np.arange(width)
+    taps = np.arange(2 * math.ceil(radius) + 1)
     weights = np.exp(-(taps**2) / (2.0 * sigma**2))
     weights /= weights.sum()
     rad = np.deg2rad(angles)
-    rows = np.arange(h)[None, :, None]
-    cols = np.arange(w)[None, None, :]
-    batch = np.arange(n)[:, None, None]
+    rows, cols, batch = np.arange(h)[None, :, None], np.arange(w)[None, None, :], np.arange(n)[:, None, None]
     out = np.zeros_like(x, dtype=np.float32)
     for tap, weight in zip(taps, weights):
         if weight < 1e-4:
@@ -150,8 +134,7 @@ def _snow(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
     """Thresholded, zoomed, motion-blurred Gaussian snow over a brightened image."""
     loc, scale, zoom, threshold, radius, sigma, blend = _SNOW[s]
     n, h = x.shape[:2]
-    layer = rng.normal(loc=loc, scale=scale, size=x.shape[:3]).astype(np.float32)
-    layer = _clipped_zoom(layer, zoom)
+    layer = _clipped_zoom(rng.normal(loc=loc, scale=scale, size=x.shape[:3]).astype(np.float32), zoom)
     layer[layer < threshold] = 0.0
     layer = np.floor(np.clip(layer, 0.0, 1.0) * 255.0) / 255.0
     angles = rng.uniform(-135.0, -45.0, size=n)
@@ -162,11 +145,5 @@ def _snow(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
     return x + layer + layer[:, ::-1, ::-1]
 
 
-_FUNCTIONS = {
-    "contrast": _contrast,
-    "gaussian_noise": _gaussian_noise,
-    "impulse_noise": _impulse_noise,
-    "motion_blur": _motion_blur,
-    "snow": _snow,
-    "speckle_noise": _speckle_noise,
-}
+_FUNCTIONS = {"contrast": _contrast, "gaussian_noise": _gaussian_noise, "impulse_noise": _impulse_noise,
+              "motion_blur": _motion_blur, "snow": _snow, "speckle_noise": _speckle_noise}

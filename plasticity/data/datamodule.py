@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from plasticity.data.images import FileDataset, eval_transform, train_transform
-from plasticity.data.sources import ArraySet, DataError, FileSet, modality, train_problem
+from plasticity.data.sources import ArraySet, DataError, FileSet, train_problem
 from plasticity.data.spec import DataSpec, load_splits
 from plasticity.data.splits import Splits, expected_classes
 from plasticity.data.text import TokenSet
@@ -203,18 +203,9 @@ class DataModule(L.LightningDataModule):
         hflip: Horizontal flips on the JPEG path.
     """
 
-    def __init__(
-        self,
-        spec: DataSpec,
-        *,
-        micro_batch_size: int,
-        eval_batch_size: int | None = None,
-        num_workers: int | str,
-        seed: int = 0,
-        augment: bool = True,
-        crop_scale: tuple[float, float] = (0.08, 1.0),
-        hflip: bool = True,
-    ) -> None:
+    def __init__(self, spec: DataSpec, *, micro_batch_size: int, eval_batch_size: int | None = None,
+                 num_workers: int | str, seed: int = 0, augment: bool = True,
+                 crop_scale: tuple[float, float] = (0.08, 1.0), hflip: bool = True) -> None:
         super().__init__()
         if micro_batch_size <= 0 or (eval_batch_size is not None and eval_batch_size <= 0):
             raise ValueError("batch sizes must be positive")
@@ -225,11 +216,6 @@ class DataModule(L.LightningDataModule):
         self.num_classes = expected_classes(spec.name, spec.num_classes)
         self.augment, self.crop_scale, self.hflip = augment, tuple(crop_scale), hflip
         self.splits: Splits | None = None
-
-    @property
-    def modality(self) -> str:
-        """``"text"`` (token id batches) or ``"image"``."""
-        return modality(self.spec.name)
 
     def check(self) -> None:
         """Raise before any compute if the data is missing or corrupt or cannot be trained on."""
@@ -268,20 +254,14 @@ class DataModule(L.LightningDataModule):
 
     def _splits(self) -> Splits:
         self.setup()
-        assert self.splits is not None
         return self.splits
 
     def _loader(self, dataset: Dataset, loader: type[DataLoader] = DataLoader, **kwargs) -> DataLoader:
-        return loader(
-            dataset,
-            num_workers=self.num_workers,
-            pin_memory=torch.cuda.is_available(),
-            persistent_workers=self.num_workers > 0,
-            # Each new iterator draws a seed for its workers: from its own generator, not torch's
-            # global one, which the augmentation draws from and every checkpoint saves.
-            generator=torch.Generator().manual_seed(self.seed),
-            **kwargs,
-        )
+        # Each new iterator draws a seed for its workers: from its own generator, not torch's
+        # global one, which the augmentation draws from and every checkpoint saves.
+        return loader(dataset, num_workers=self.num_workers, pin_memory=torch.cuda.is_available(),
+                      persistent_workers=self.num_workers > 0, generator=torch.Generator().manual_seed(self.seed),
+                      **kwargs)
 
     def _ranks(self) -> tuple[int, int]:
         """(rank, world size) of this process in the trainer's run; (0, 1) without a trainer."""

@@ -43,12 +43,8 @@ def eval_transform(img_size: int) -> T.Compose:
     return T.Compose([T.Resize(img_size, antialias=True), T.CenterCrop(img_size)])
 
 
-def train_transform(
-    img_size: int,
-    scale: Sequence[float] = (0.08, 1.0),
-    ratio: Sequence[float] = (3 / 4, 4 / 3),
-    hflip: bool = True,
-) -> T.Compose:
+def train_transform(img_size: int, scale: Sequence[float] = (0.08, 1.0), ratio: Sequence[float] = (3 / 4, 4 / 3),
+                    hflip: bool = True) -> T.Compose:
     """Paper C.2 train transform on a PIL image: ``RandomResizedCrop(img_size)`` + horizontal flip."""
     steps = [T.RandomResizedCrop(img_size, scale=tuple(scale), ratio=tuple(ratio), antialias=True)]
     return T.Compose(steps + ([T.RandomHorizontalFlip(0.5)] if hflip else []))
@@ -121,12 +117,8 @@ class FileDataset(Dataset):
 
     def __getitem__(self, item: int | tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
         i, seed = item if isinstance(item, tuple) else (item, None)
-        image = decode(self.files.path(i))
-        if seed is None:
-            image = self.transform(image)
-        else:
-            with torch.random.fork_rng(devices=[]):  # torchvision draws from torch's global generator
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):  # torchvision draws from torch's global RNG
+            if seed is not None:
                 torch.manual_seed(seed)
-                image = self.transform(image)
-        img = np.array(image, dtype=np.uint8)
-        return torch.from_numpy(img).permute(2, 0, 1).contiguous(), torch.tensor(self.files.labels[i])
+            image = np.array(self.transform(decode(self.files.path(i))), dtype=np.uint8)
+        return torch.from_numpy(image).permute(2, 0, 1).contiguous(), torch.tensor(self.files.labels[i])

@@ -70,11 +70,9 @@ def open_prepared(name: str, prepared_dir: str | Path, img_size: int, split_hash
     if not info:
         return None
     if info.get("split_hash") != split_hash:
-        raise DataError(
-            f"{name}: the prepared arrays in {directory} were made from different files (split hash "
-            f"{info.get('split_hash')}, the data on disk gives {split_hash}). Fix: re-run "
-            f"`python launch.py task=prepare dataset={name}` (or delete {directory})."
-        )
+        raise DataError(f"{name}: the prepared arrays in {directory} were made from different files (split hash "
+                        f"{info.get('split_hash')}, the data on disk gives {split_hash}). Fix: re-run "
+                        f"`python launch.py task=prepare dataset={name}` (or delete {directory}).")
     out = {}
     for split in SPLITS:
         rows = info["sizes"][split]
@@ -88,16 +86,12 @@ def open_prepared(name: str, prepared_dir: str | Path, img_size: int, split_hash
 # ----------------------------------------------------------------------------- writing
 
 
-def _decode_eval(args: tuple[str, int]) -> np.ndarray:
-    from plasticity.data.images import eval_image  # torch + torchvision: only when decoding
+def _decode(args: tuple[str, int, bool]) -> np.ndarray | tuple[np.ndarray, tuple[int, int]]:
+    """One file at ``side`` px: squashed with its original size (train), or through the eval transform."""
+    from plasticity.data.images import eval_image, squash_image  # torch + torchvision: only when decoding
 
-    return eval_image(*args)
-
-
-def _decode_train(args: tuple[str, int]) -> tuple[np.ndarray, tuple[int, int]]:
-    from plasticity.data.images import squash_image
-
-    return squash_image(*args)
+    path, side, train = args
+    return (squash_image if train else eval_image)(path, side)
 
 
 def _map(fn, items: list, workers: int):
@@ -112,7 +106,7 @@ def _map(fn, items: list, workers: int):
 def _decode_into(path: Path, items: list, side: int, train: bool, sizes: np.ndarray, workers: int) -> None:
     """Decode ``items`` into a new ``.npy`` memory map at ``path`` (train: squashed, sizes filled)."""
     images = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint8, shape=(len(items), side, side, 3))
-    for i, out in enumerate(_map(_decode_train if train else _decode_eval, items, workers)):
+    for i, out in enumerate(_map(_decode, items, workers)):
         if train:
             images[i], sizes[i] = out
         else:
@@ -124,7 +118,7 @@ def _decode_into(path: Path, items: list, side: int, train: bool, sizes: np.ndar
 def _write_split(files: FileSet, directory: Path, split: str, side: int, train: bool, workers: int) -> None:
     """Decode every file of one split into ``<split>.npy`` (+ labels, + sizes for train), atomically."""
     n = len(files)
-    items = [(str(files.path(i)), side) for i in range(n)]
+    items = [(str(files.path(i)), side, train) for i in range(n)]
     sizes = np.zeros((n, 2), dtype=np.int64)
     if n == 0:  # the reference has no train/val split; a zero-row memory map cannot be created
         save_array(directory / f"{split}.npy", np.zeros((0, side, side, 3), dtype=np.uint8))
@@ -136,16 +130,8 @@ def _write_split(files: FileSet, directory: Path, split: str, side: int, train: 
         save_array(directory / "train_sizes.npy", sizes)
 
 
-def prepare(
-    name: str,
-    data_dir: str | Path,
-    prepared_dir: str | Path,
-    img_size: int,
-    *,
-    train_size: int = 256,
-    workers: int = 1,
-    num_classes: int | None = None,
-) -> dict[str, Any]:
+def prepare(name: str, data_dir: str | Path, prepared_dir: str | Path, img_size: int, *, train_size: int = 256,
+            workers: int = 1, num_classes: int | None = None) -> dict[str, Any]:
     """Decode a JPEG dataset's splits into prepared arrays (see the module docstring).
 
     Args:
@@ -177,10 +163,8 @@ def prepare(
         write_json_atomic(marker, {"split_hash": splits.split_hash, "side": side, "rows": len(files)})
         decoded += len(files)
     seconds = time.perf_counter() - start
-    info = {
-        "dataset": name, "version": VERSION, "split_hash": splits.split_hash, "img_size": int(img_size),
-        "train_size": int(train_size), "num_classes": splits.num_classes, "sizes": splits.sizes(),
-    }
+    info = {"dataset": name, "version": VERSION, "split_hash": splits.split_hash, "img_size": int(img_size),
+            "train_size": int(train_size), "num_classes": splits.num_classes, "sizes": splits.sizes()}
     write_json_atomic(directory / "info.json", info)
     return {"dir": str(directory), "split_hash": splits.split_hash, "sizes": splits.sizes(), "decoded": decoded,
             "seconds": round(seconds, 2), "images_per_s": round(decoded / seconds, 1) if decoded else None}

