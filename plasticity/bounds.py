@@ -105,10 +105,8 @@ def attention_heads(attn: nn.Module) -> Heads:
     if getattr(attn, "q_proj", None) is not None:
         return _heads(*(_split_rows(p.weight, attn.num_heads) for p in (attn.q_proj, attn.k_proj, attn.v_proj)),
                       attn.proj)
-    raise TypeError(
-        f"{type(attn).__name__} has neither a fused `qkv` nor `q_proj`/`k_proj`/`v_proj` "
-        f"Linear layers; plasticity.bounds supports timm ViT/DeiT/BEiT/EVA attention."
-    )
+    raise TypeError(f"{type(attn).__name__} has neither a fused `qkv` nor `q_proj`/`k_proj`/`v_proj` "
+                    f"Linear layers; plasticity.bounds supports timm ViT/DeiT/BEiT/EVA attention.")
 
 
 def _heads(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, output: nn.Linear) -> Heads:
@@ -146,8 +144,7 @@ def ln_bound(norm: nn.LayerNorm, sigma: float) -> float:
     """
     if not sigma > 0:
         raise ValueError(f"sigma must be positive, got {sigma}")
-    gamma_inf = 1.0 if norm.weight is None else _f64(norm.weight).abs().max().item()
-    return gamma_inf / sigma
+    return (1.0 if norm.weight is None else _f64(norm.weight).abs().max().item()) / sigma  # ||gamma||_inf / sigma
 
 
 def fc_bound(linear: nn.Linear) -> float:
@@ -171,8 +168,7 @@ def mha_bound(heads: Heads, n: int, r: float) -> float:
         r: Token radius (:attr:`TokenStats.r_max` for the strict bound, :attr:`TokenStats.r_rms`
             for the paper's Fig. 6).
     """
-    A_norm = attention_norms(heads)
-    per_head = torch.sqrt(3 * n + (12 * n + 3) * r**4 * A_norm**2)
+    per_head = torch.sqrt(3 * n + (12 * n + 3) * r**4 * attention_norms(heads) ** 2)
     return (_value_output_norms(heads) * per_head).sum().item()
 
 
@@ -227,14 +223,11 @@ class TokenStats:
         energies = (images.detach().to(device=x.device, dtype=torch.float64).pow(2).flatten(1).sum(1)
                     if images is not None else torch.full((1,), float("nan"), dtype=torch.float64, device=x.device))
         batch = (sq_norms.sum(), sq_norms.max(), stds.min(), energies.max())
-        if self._n is None:
-            self._n = tokens.shape[1]
-            self._sum_sq, self._max_sq, self._min_std, self._max_energy = batch
-        else:
-            self._sum_sq = self._sum_sq + batch[0]
-            self._max_sq = torch.maximum(self._max_sq, batch[1])
-            self._min_std = torch.minimum(self._min_std, batch[2])
-            self._max_energy = torch.maximum(self._max_energy, batch[3])
+        if self._n is not None:  # folded into what was seen: a sum, a max, a min and a max
+            batch = (self._sum_sq + batch[0], torch.maximum(self._max_sq, batch[1]),
+                     torch.minimum(self._min_std, batch[2]), torch.maximum(self._max_energy, batch[3]))
+        self._n = tokens.shape[1]
+        self._sum_sq, self._max_sq, self._min_std, self._max_energy = batch
         self._count += sq_norms.numel()
 
     def _seen(self) -> TokenStats:
@@ -270,8 +263,7 @@ class TokenStats:
 
     def summary(self) -> dict[str, float]:
         """All statistics as a dict (for logging)."""
-        return {"n": self.n, "sigma": self.sigma, "r_rms": self.r_rms, "r_max": self.r_max,
-                "energy": self.energy}
+        return {key: getattr(self, key) for key in ("n", "sigma", "r_rms", "r_max", "energy")}
 
 
 @torch.no_grad()
@@ -315,41 +307,40 @@ BERT is post-LN: its LayerNorms are still LayerNorms (Prop. 1 holds for the func
 normalise the residual stream after each sublayer, not a sublayer's input."""
 
 
-def text_block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
-    """The bounds of Sec. 4 that hold for every layer of a text model (:mod:`plasticity.text`).
+def _paper_values(ln1: nn.Module, heads: Heads, ln2: nn.Module, fc1: nn.Linear, fc2: nn.Linear,
+                  stats: TokenStats) -> dict[str, dict[str, float]]:
+    """Props. 1-3 of a block built of the paper's modules: ``{group: {bound: value}}``."""
+    return {"ln1": {"prop1": ln_bound(ln1, stats.sigma)},
+            "mha": {"prop3_rms": mha_bound(heads, stats.n, stats.r_rms),  # the paper's Fig. 6 radius: not strict
+                    "prop3_max": mha_bound(heads, stats.n, stats.r_max)},  # every token seen lies in B_r: strict here
+            "ln2": {"prop1": ln_bound(ln2, stats.sigma)},
+            "fc1": {"prop2": fc_bound(fc1)}, "fc2": {"prop2": fc_bound(fc2)}}
+
+
+def _text_values(model: nn.Module, block: nn.Module, stats: TokenStats) -> dict[str, dict[str, float]]:
+    """The bounds of Sec. 4 that hold for a layer of a text model (:mod:`plasticity.text`).
 
     BERT: Prop. 1 (its post-LN LayerNorms as functions), Prop. 2 (``intermediate.dense``,
     ``output.dense``), Prop. 3 (``attention.self`` + ``attention.output.dense`` as the paper's MHA,
     at the tokens' RMS and largest radius). Llama: Prop. 2 only (FC1: the stacked gate and up
     projections, one linear map; FC2: ``down_proj``); what is not bounded is :data:`NOT_COVERED`.
     """
-    rows = []
-    for i, block in enumerate(model.blocks):
-        values: dict[str, dict[str, float]] = {}
-        if model.family == "bert":
-            attention = block.attention
-            layers = (attention.self.query, attention.self.key, attention.self.value)
-            heads = _heads(*(_split_rows(p.weight, attention.self.num_attention_heads) for p in layers),
-                           attention.output.dense)
-            values = {"ln1": {"prop1": ln_bound(attention.output.LayerNorm, stats.sigma)},
-                      "mha": {"prop3_rms": mha_bound(heads, stats.n, stats.r_rms),
-                              "prop3_max": mha_bound(heads, stats.n, stats.r_max)},
-                      "ln2": {"prop1": ln_bound(block.output.LayerNorm, stats.sigma)},
-                      "fc1": {"prop2": fc_bound(block.intermediate.dense)},
-                      "fc2": {"prop2": fc_bound(block.output.dense)}}
-        else:
-            mlp = block.mlp
-            stacked = torch.cat([_f64(mlp.gate_proj.weight), _f64(mlp.up_proj.weight)])
-            values = {"fc1": {"prop2": spectral_norm(stacked).item()}, "fc2": {"prop2": fc_bound(mlp.down_proj)}}
-        rows += [{"group": g, "block": i, "bound": b, "value": v} for g in GROUPS for b, v in values.get(g, {}).items()]
-    return rows
+    if model.family == "bert":
+        attention = block.attention
+        layers = (attention.self.query, attention.self.key, attention.self.value)
+        heads = _heads(*(_split_rows(p.weight, attention.self.num_attention_heads) for p in layers),
+                       attention.output.dense)
+        return _paper_values(attention.output.LayerNorm, heads, block.output.LayerNorm, block.intermediate.dense,
+                             block.output.dense, stats)
+    stacked = torch.cat([_f64(block.mlp.gate_proj.weight), _f64(block.mlp.up_proj.weight)])
+    return {"fc1": {"prop2": spectral_norm(stacked).item()}, "fc2": {"prop2": fc_bound(block.mlp.down_proj)}}
 
 
 def block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
-    """Every bound of Sec. 4 for every block of a timm ViT (a text model: :func:`text_block_bounds`).
+    """Every bound of Sec. 4 for every block of a timm ViT (a text model: those that hold, :func:`_text_values`).
 
     Args:
-        model: A timm ViT with ``blocks[i].{norm1, attn, norm2, mlp.fc1, mlp.fc2}``.
+        model: A timm ViT with ``blocks[i].{norm1, attn, norm2, mlp.fc1, mlp.fc2}``, or a text model.
         stats: Embedding-token statistics on the data of interest.
 
     Returns:
@@ -357,24 +348,16 @@ def block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
         ``prop1``, ``fc1``/``fc2`` with ``prop2``, ``mha`` with ``prop3_rms`` (``r = stats.r_rms``),
         ``prop3_max`` (``r = stats.r_max``) and ``prop4``.
     """
-    if getattr(model, "family", "vit") != "vit":
-        return text_block_bounds(model, stats)
-    n, alpha = stats.n, patch_embed_norm(model)
+    vit = getattr(model, "family", "vit") == "vit"
+    alpha = patch_embed_norm(model) if vit else None
     rows = []
     for i, block in enumerate(model.blocks):
-        module = lambda group: block.get_submodule(MODULES[group])  # noqa: E731
-        heads = attention_heads(module("mha"))
-        values = {
-            "ln1": {"prop1": ln_bound(module("ln1"), stats.sigma)},
-            "mha": {
-                "prop3_rms": mha_bound(heads, n, stats.r_rms),  # the paper's Fig. 6 radius: not a strict bound
-                "prop3_max": mha_bound(heads, n, stats.r_max),  # every token seen lies in B_r: strict on this data
-                "prop4": mha_bound_embedding(heads, n, alpha, stats.energy),
-            },
-            "ln2": {"prop1": ln_bound(module("ln2"), stats.sigma)},
-            "fc1": {"prop2": fc_bound(module("fc1"))},
-            "fc2": {"prop2": fc_bound(module("fc2"))},
-        }
-        rows += [{"group": g, "block": i, "bound": b, "value": v}
-                 for g in GROUPS for b, v in values[g].items()]
+        if vit:
+            module = lambda group: block.get_submodule(MODULES[group])  # noqa: E731
+            heads = attention_heads(module("mha"))
+            values = _paper_values(module("ln1"), heads, module("ln2"), module("fc1"), module("fc2"), stats)
+            values["mha"]["prop4"] = mha_bound_embedding(heads, stats.n, alpha, stats.energy)
+        else:
+            values = _text_values(model, block, stats)
+        rows += [{"group": g, "block": i, "bound": b, "value": v} for g in GROUPS for b, v in values.get(g, {}).items()]
     return rows

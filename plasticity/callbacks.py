@@ -77,11 +77,9 @@ class PlasticityCallback(L.Callback):
         problems = check_node(Options, options, type(self).__name__)
         if problems:
             raise ConfigError(problems)
-        self.reference = reference
+        self.reference, self.downstream, self.window = reference, downstream, window  # window: a text pair's tokens
         self.every_n_steps, self.n_pairs, self.batch_size = every_n_steps, n_pairs, batch_size
         self.mode, self.groups = mode, tuple(groups)
-        self.downstream = downstream
-        self.window = window  # text: tokens per pair window (dataset.window)
         self.downstream_classes = None if downstream_classes is None else tuple(int(c) for c in downstream_classes)
         self.rows: list[dict] = []
         self.reference_spec: DataSpec | None = None
@@ -104,11 +102,9 @@ class PlasticityCallback(L.Callback):
         self.reference_spec = spec.replace(name=self.reference, limit=None, num_classes=None, classes=None)
         splits = load_splits(self.reference_spec)
         self.reference_prepared = splits.prepared
-        ref = splits.test
         down = self._downstream(datamodule, spec, stage)
-        ref, down = pair_inputs(ref, self.window), pair_inputs(down, self.window)
-        ri, di = pair_indices(len(ref), len(down), self.n_pairs, "sequential")
-        self.pair_indices = ri, di
+        ref, down = pair_inputs(splits.test, self.window), pair_inputs(down, self.window)
+        self.pair_indices = ri, di = pair_indices(len(ref), len(down), self.n_pairs, "sequential")
         self.pairs = as_inputs(ref[ri]), as_inputs(down[di])
         source = self.reference_spec.source
         if source.kind == "files" and not self.reference_prepared:
@@ -135,8 +131,7 @@ class PlasticityCallback(L.Callback):
         return {"rows": list(self.rows), "last_step": self._last_step}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        self.rows = list(state_dict["rows"])
-        self._last_step = state_dict["last_step"]
+        self.rows, self._last_step = list(state_dict["rows"]), state_dict["last_step"]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._start = time.perf_counter()
@@ -158,8 +153,7 @@ class PlasticityCallback(L.Callback):
         x, y = self.pairs
         device, transform = pl_module.device, pl_module.eval_transform
         for start in range(0, self.n_pairs, self.batch_size):
-            stop = start + self.batch_size
-            yield torch.cat([transform(x[start:stop].to(device)), transform(y[start:stop].to(device))])
+            yield torch.cat([transform(half[start:start + self.batch_size].to(device)) for half in (x, y)])
 
     @torch.no_grad()
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -27,10 +27,7 @@ def device(name: str) -> "torch.device":
 
 def precision(value: Any, on_cuda: bool) -> str:
     """``trainer.precision`` or ``task.precision`` with ``auto`` resolved for a run on CUDA or not."""
-    value = str(value)
-    if value != "auto":
-        return value
-    return "bf16-mixed" if on_cuda else "32-true"
+    return ("bf16-mixed" if on_cuda else "32-true") if str(value) == "auto" else str(value)
 
 
 def trainer_on_cuda(trainer: Any) -> bool:
@@ -44,9 +41,8 @@ def autocast(precision: str, on: "torch.device") -> ContextManager:
     """bf16 autocast for ``bf16-mixed`` on CUDA; nothing otherwise (fp32 stays fp32 on the CPU)."""
     import torch
 
-    if precision == "bf16-mixed" and on.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return nullcontext()
+    cuda_bf16 = precision == "bf16-mixed" and on.type == "cuda"
+    return torch.autocast("cuda", dtype=torch.bfloat16) if cuda_bf16 else nullcontext()
 
 
 def check_device(value: Any, p: "Problems", local: bool) -> None:

@@ -31,7 +31,7 @@ of pairs and no activation outlives the module being measured.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
@@ -96,21 +96,15 @@ def apply_module(block: nn.Module, group: str, tokens: torch.Tensor, family: str
             positions, :meth:`~plasticity.text.models.TextTransformer.attention_kwargs`).
     """
     site = SITES[family][group]
-    if group == "fc2":
-        return pad_linear(block.get_submodule(site.input), tokens)
     module = block.get_submodule(site.input)
+    if group == "fc2" and type(module) is nn.Linear:  # FC2: the first d input columns of its weight
+        return F.linear(tokens, module.weight[:, :tokens.shape[-1]], module.bias)
+    if group == "fc2":
+        return module(F.pad(tokens, (0, module.in_features - tokens.shape[-1])))
     if group == "mha":
         out = first(module(tokens, **(attention or {})))
         return block.get_submodule(site.outputs[0])(out) if site.chained else out
     return torch.cat([block.get_submodule(name)(tokens) for name in site.outputs], dim=-1)
-
-
-def pad_linear(module: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-    """A wider linear layer applied to ``tokens`` zero-padded to its input width."""
-    d = tokens.shape[-1]
-    if type(module) is nn.Linear:
-        return F.linear(tokens, module.weight[:, :d], module.bias)
-    return module(F.pad(tokens, (0, module.in_features - d)))
 
 
 def pair_distances(batch: torch.Tensor) -> torch.Tensor:
@@ -123,19 +117,13 @@ def pair_distances(batch: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm((batch[:half] - batch[half:]).flatten(1), dim=1, dtype=torch.float32)
 
 
-def pair_rates(outputs: torch.Tensor, inputs: torch.Tensor | None = None,
-               input_distances: torch.Tensor | None = None) -> torch.Tensor:
-    """Per-pair rates for a batch of 2B (first half x, second half y).
-
-    Args:
-        outputs: The module's outputs on the 2B inputs.
-        inputs: The module's inputs (or pass their ``input_distances`` when already known).
-        input_distances: ``pair_distances(inputs)``.
+def pair_rates(outputs: torch.Tensor, inputs: torch.Tensor) -> torch.Tensor:
+    """Per-pair rates of a module's ``outputs`` on its ``inputs``, a batch of 2B (first half x, second half y).
 
     Pairs with identical inputs (zero denominator) are not distinct pairs: they give NaN and are
     dropped by :class:`RunningStats`.
     """
-    return _rates(pair_distances(outputs), pair_distances(inputs) if input_distances is None else input_distances)
+    return _rates(pair_distances(outputs), pair_distances(inputs))
 
 
 def _rates(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
@@ -152,12 +140,8 @@ class RunningStats:
 
     keys: list[tuple[str, int]]
     device: torch.device | str = "cpu"
-    count: torch.Tensor = field(init=False)
-    mean: torch.Tensor = field(init=False)
-    m2: torch.Tensor = field(init=False)
-    hist: torch.Tensor = field(init=False)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # float64 count, mean and M2 (Chan's summaries), and histogram, per key
         k = len(self.keys)
         self.count, self.mean, self.m2 = (torch.zeros(k, dtype=torch.float64, device=self.device) for _ in range(3))
         self.hist = torch.zeros(k, HIST_BINS, dtype=torch.float64, device=self.device)
@@ -205,21 +189,16 @@ class RunningStats:
             n_ci = n if distinct is None else min(int(distinct), n)
             half = ci95_half_width(std, n_ci)
             q05, q50, q95 = histogram_quantiles(hist[i], (0.05, 0.5, 0.95))
-            row = dict(group=group, block=block, mean=float(mean[i]) if n else float("nan"), std=std,
-                       ci95_low=float(mean[i]) - half, ci95_high=float(mean[i]) + half,
-                       q05=q05, q50=q50, q95=q95, n_pairs=n)
-            if distinct is not None:
-                row["distinct_pairs"] = n_ci
-            rows.append(row)
+            rows.append(dict(group=group, block=block, mean=float(mean[i]) if n else float("nan"), std=std,
+                             ci95_low=float(mean[i]) - half, ci95_high=float(mean[i]) + half, q05=q05, q50=q50,
+                             q95=q95, n_pairs=n, **({} if distinct is None else {"distinct_pairs": n_ci})))
         return rows
 
 
 def ci95_half_width(std: float, n: int) -> float:
     """Half-width of the Student-t 95% interval of a mean over ``n`` independent values:
     t(0.975, n-1) * std / sqrt(n) (NaN below 2 values)."""
-    if n < 2:
-        return float("nan")
-    return float(scipy_stats.t.ppf(0.975, n - 1) * std / math.sqrt(n))
+    return float(scipy_stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)) if n >= 2 else float("nan")
 
 
 def histogram_quantiles(counts: np.ndarray, qs: tuple[float, ...]) -> list[float]:
@@ -227,8 +206,7 @@ def histogram_quantiles(counts: np.ndarray, qs: tuple[float, ...]) -> list[float
     total = counts.sum()
     if total == 0:
         return [float("nan")] * len(qs)
-    low, high = HIST_RANGE
-    edges = np.linspace(low, high, HIST_BINS + 1)
+    edges = np.linspace(*HIST_RANGE, HIST_BINS + 1)
     cdf = np.concatenate([[0.0], np.cumsum(counts) / total])
     return [float(10 ** np.interp(q, cdf, edges)) for q in qs]
 
@@ -293,8 +271,7 @@ def pair_batches(ref: np.ndarray, down: np.ndarray, indices: tuple[np.ndarray, n
     ri, di = indices
     apply = transform or (lambda x: x)
     for start in range(0, len(ri), batch_size):
-        stop = start + batch_size
-        halves = (as_inputs(rows[i[start:stop]]) for rows, i in ((ref, ri), (down, di)))
+        halves = (as_inputs(rows[i[start:start + batch_size]]) for rows, i in ((ref, ri), (down, di)))
         yield torch.cat([apply(h.to(device, non_blocking=True)) for h in halves])
 
 
@@ -327,7 +304,7 @@ def embedding_rates(model: nn.Module, images: torch.Tensor, groups: tuple[str, .
     den = pair_distances(tokens)  # every module's denominator: the token matrices' distance (App. C.4)
     family = family_of(model)
     attention = model.attention_kwargs(tokens) if family != "vit" else None
-    return torch.stack([pair_rates(apply_module(block, g, tokens, family, attention), input_distances=den)
+    return torch.stack([_rates(pair_distances(apply_module(block, g, tokens, family, attention)), den)
                         for g in groups for block in model.blocks])
 
 
@@ -341,12 +318,9 @@ class LayerHooks:
     """
 
     def __init__(self, model: nn.Module, groups: tuple[str, ...] = GROUPS) -> None:
-        self.rates: dict[tuple[str, int], torch.Tensor] = {}
-        self.inputs: dict[tuple[str, int], torch.Tensor] = {}
-        self.outputs: dict[tuple[str, int], list[torch.Tensor]] = {}
-        sites = SITES[family_of(model)]
-        self.keys = stat_keys(model, groups)
-        self.handles = []
+        # per (group, block): its rates, its input distances, the distances of the outputs so far
+        self.rates, self.inputs, self.outputs = {}, {}, {}
+        self.keys, self.handles, sites = stat_keys(model, groups), [], SITES[family_of(model)]
         for g, i in self.keys:
             block, site = model.blocks[i], sites[g]
             self.handles.append(block.get_submodule(site.input).register_forward_pre_hook(
@@ -386,13 +360,8 @@ def layer_rates(model: nn.Module, images: torch.Tensor, hooks: LayerHooks) -> to
     return hooks.pop()
 
 
-def measure(
-    model: nn.Module,
-    batches: Iterator[torch.Tensor],
-    mode: str = "embedding",
-    groups: tuple[str, ...] = GROUPS,
-    on_rates: Callable[[torch.Tensor], None] | None = None,
-) -> RunningStats:
+def measure(model: nn.Module, batches: Iterator[torch.Tensor], mode: str = "embedding",
+            groups: tuple[str, ...] = GROUPS, on_rates: Callable[[torch.Tensor], None] | None = None) -> RunningStats:
     """Streams batches of 2B images (x then y, already transformed, on the model's device).
 
     Args:
@@ -407,8 +376,7 @@ def measure(
     """
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}; choices: {', '.join(MODES)}")
-    device = next(model.parameters()).device
-    stats = RunningStats(stat_keys(model, groups), device=device)
+    stats = RunningStats(stat_keys(model, groups), device=next(model.parameters()).device)
     hooks = LayerHooks(model, groups) if mode == "layer" else None
     try:
         for images in batches:
@@ -424,8 +392,6 @@ def measure(
 
 def ranking(rows: list[dict]) -> list[tuple[str, float]]:
     """Groups sorted by their mean plasticity over blocks, most plastic first."""
-    by_group: dict[str, list[float]] = {}
-    for row in rows:
-        by_group.setdefault(row["group"], []).append(row["mean"])
-    means = {g: float(np.mean(v)) for g, v in by_group.items()}
+    groups = dict.fromkeys(r["group"] for r in rows)  # in first-seen order
+    means = {g: float(np.mean([r["mean"] for r in rows if r["group"] == g])) for g in groups}
     return sorted(means.items(), key=lambda kv: -kv[1])

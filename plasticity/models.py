@@ -20,15 +20,8 @@ from plasticity.errors import WeightsError, did_you_mean
 log = logging.getLogger(__name__)
 
 default_cfgs = {  # read by timm's register_model: the model's pretrained cfg (no hub weights: url "")
-    "vit_micro_patch7_28": {
-        "url": "",
-        "num_classes": 10,
-        "input_size": (3, 28, 28),
-        "mean": (0.5, 0.5, 0.5),
-        "std": (0.5, 0.5, 0.5),
-        "first_conv": "patch_embed.proj",
-        "classifier": "head",
-    }
+    "vit_micro_patch7_28": {"url": "", "num_classes": 10, "input_size": (3, 28, 28), "mean": (0.5, 0.5, 0.5),
+                            "std": (0.5, 0.5, 0.5), "first_conv": "patch_embed.proj", "classifier": "head"}
 }
 
 
@@ -48,13 +41,10 @@ def check_model_name(name: str) -> None:
     """Raises ValueError naming close matches when timm does not know ``name``."""
     if timm.is_model(name):
         return
-    arch = name.split(".")[0]
-    close = did_you_mean(arch, timm.list_models(), n=5)
-    raise ValueError(
-        f"model.name={name!r} is not a timm model. Close matches: {', '.join(close) or 'none'}. "
-        f"Fix: model.name=<a name from timm.list_models('vit_*')>, e.g. "
-        f"vit_base_patch16_224.orig_in21k (the paper's ViT-B/16)."
-    )
+    close = did_you_mean(name.split(".")[0], timm.list_models(), n=5)  # the architecture, without its tag
+    raise ValueError(f"model.name={name!r} is not a timm model. Close matches: {', '.join(close) or 'none'}. "
+                     f"Fix: model.name=<a name from timm.list_models('vit_*')>, e.g. "
+                     f"vit_base_patch16_224.orig_in21k (the paper's ViT-B/16).")
 
 
 WEIGHTS_FIX = ("point it at a .safetensors, .pth or .bin state dict (e.g. one written by task=pretrain), "
@@ -129,10 +119,8 @@ def weights_shapes(weights_file: str) -> dict[str, tuple[int, ...]]:
         else:  # onto the meta device: no data read from a zip checkpoint (a legacy pickle is parsed in full)
             shapes = {k: tuple(v.shape) for k, v in torch_state(weights_file, "meta").items()}
     except Exception as err:  # noqa: BLE001  (any parser failure is the user's file)
-        raise WeightsError(
-            f"model.weights_file={weights_file!r} cannot be read as a {expected} ({size} bytes): "
-            f"{parser_message(err)}. Fix: {WEIGHTS_FIX}"
-        ) from err
+        raise WeightsError(f"model.weights_file={weights_file!r} cannot be read as a {expected} ({size} bytes): "
+                           f"{parser_message(err)}. Fix: {WEIGHTS_FIX}") from err
     if not shapes:
         raise WeightsError(f"model.weights_file={weights_file!r} holds no tensor (an empty {expected}). "
                            f"Fix: {WEIGHTS_FIX}")
@@ -146,11 +134,9 @@ def torch_state(weights_file: str, map_location: str = "cpu") -> dict[str, torch
 
     with torch.serialization.safe_globals([argparse.Namespace]):  # timm training checkpoints
         obj = torch.load(weights_file, map_location=map_location, weights_only=True)
-    if isinstance(obj, dict):
-        for key in ("state_dict_ema", "model_ema", "state_dict", "model"):  # timm's order
-            if isinstance(obj.get(key), dict):
-                obj = obj[key]
-                break
+    if isinstance(obj, dict):  # the first wrapper key in timm's order
+        keys = ("state_dict_ema", "model_ema", "state_dict", "model")
+        obj = next((obj[k] for k in keys if isinstance(obj.get(k), dict)), obj)
     if not isinstance(obj, dict):
         raise ValueError(f"it holds a {type(obj).__name__}, not a state dict (a dict of tensors)")
     return {k: v for k, v in clean_state_dict(obj).items() if isinstance(v, torch.Tensor)}
@@ -188,15 +174,10 @@ def model_shapes(model_name: str, kwargs: dict) -> dict[str, tuple[int, ...]]:
 
 def block_layout(shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
     """``depth`` (blocks) and ``embed_dim`` (token width) of a ViT-like state dict, where they show."""
-    layout = {}
     blocks = {int(k.split(".")[1]) for k in shapes if k.startswith("blocks.") and k.split(".")[1].isdigit()}
-    if blocks:
-        layout["depth"] = max(blocks) + 1
-    for key in ("cls_token", "norm.weight", "blocks.0.norm1.weight"):
-        if key in shapes and shapes[key]:
-            layout["embed_dim"] = int(shapes[key][-1])
-            break
-    return layout
+    layout = {"depth": max(blocks) + 1} if blocks else {}
+    width = next((shapes[k][-1] for k in ("cls_token", "norm.weight", "blocks.0.norm1.weight") if shapes.get(k)), None)
+    return layout if width is None else {**layout, "embed_dim": int(width)}
 
 
 def common_prefix(file_keys: list[str], expected: dict) -> str | None:
@@ -227,12 +208,10 @@ def check_architecture(weights_file: str, shapes: dict[str, tuple[int, ...]], mo
     timm_format = len(shared) >= 0.5 * max(1, min(len(file_keys), len(expected)))
     prefix = None if timm_format else common_prefix(file_keys, expected)
     if prefix:
-        raise WeightsError(
-            f"model.weights_file={weights_file!r} names its tensors with the prefix {prefix!r} "
-            f"(e.g. {file_keys[0]!r}), so none of them would load into model.name={model_name!r}, "
-            f"which expects names like {next(iter(expected))!r}. Fix: save the state dict without "
-            f"the prefix ({{k.removeprefix({prefix!r}): v ...}}), or another model.weights_file."
-        )
+        raise WeightsError(f"model.weights_file={weights_file!r} names its tensors with the prefix {prefix!r} "
+                           f"(e.g. {file_keys[0]!r}), so none of them would load into model.name={model_name!r}, "
+                           f"which expects names like {next(iter(expected))!r}. Fix: save the state dict without "
+                           f"the prefix ({{k.removeprefix({prefix!r}): v ...}}), or another model.weights_file.")
     missing = [k for k in expected if k not in shapes and not skip(k)] if timm_format else []
     extra = [k for k in file_keys if k not in expected and k.startswith("blocks.")] if timm_format else []
     extra.sort(key=lambda k: [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in k.split(".")])
@@ -248,20 +227,13 @@ def check_architecture(weights_file: str, shapes: dict[str, tuple[int, ...]], mo
     show = lambda d: ", ".join(f"{k}={d[k]}" for k in hint if k in d)  # noqa: E731
     layouts = f" The file looks like {show(file_layout)}; the model has {show(model_layout)}." if hint else ""
     example = ", ".join(f"{k}={v}" for k, v in hint.items()) or "depth/embed_dim"
-    raise WeightsError(
-        f"model.weights_file={weights_file!r} holds weights of another architecture than {built}: "
-        f"{'; '.join(parts)}.{layouts} Fix: model.name=<the architecture the file was trained as> "
-        f"(or the matching model.kwargs, e.g. {example}), or another model.weights_file."
-    )
+    raise WeightsError(f"model.weights_file={weights_file!r} holds weights of another architecture than {built}: "
+                       f"{'; '.join(parts)}.{layouts} Fix: model.name=<the architecture the file was trained as> "
+                       f"(or the matching model.kwargs, e.g. {example}), or another model.weights_file.")
 
 
-def create_model(
-    name: str,
-    num_classes: int,
-    pretrained: bool = False,
-    weights_file: str | None = None,
-    **kwargs,
-) -> nn.Module:
+def create_model(name: str, num_classes: int, pretrained: bool = False, weights_file: str | None = None,
+                 **kwargs) -> nn.Module:
     """Creates a timm model (or a text model) and resets its classification head to ``num_classes`` outputs.
 
     Args:
@@ -301,20 +273,17 @@ def create_model(
     except (OSError, RuntimeError) as err:
         if not pretrained or weights_file:
             raise
-        raise WeightsError(
-            f"could not fetch the pretrained weights of {name!r} from the Hugging Face hub ({err}). "
-            f"Fix: download them where there is internet and set model.weights_file=<path>, "
-            f"or set model.pretrained=false."
-        ) from err
+        raise WeightsError(f"could not fetch the pretrained weights of {name!r} from the Hugging Face hub ({err}). "
+                           f"Fix: download them where there is internet and set model.weights_file=<path>, "
+                           f"or set model.pretrained=false.") from err
     model.reset_classifier(num_classes)
     return model
 
 
 def image_size(net: nn.Module) -> int:
     """Side of the square input the model expects (its patch embedding's, else its pretrained cfg's)."""
-    patch_embed = getattr(net, "patch_embed", None)
-    if patch_embed is not None and getattr(patch_embed, "img_size", None):
-        return int(patch_embed.img_size[0])
+    if side := getattr(getattr(net, "patch_embed", None), "img_size", None):
+        return int(side[0])
     # A model without either (a text model: its inputs are token ids) gets timm's default side,
     # which only names a DataSpec field that token sets do not read.
     return int(getattr(net, "pretrained_cfg", {}).get("input_size", (3, 224, 224))[-1])

@@ -57,10 +57,8 @@ def block_output(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     if blocks is None or len(blocks) == 0:
         raise ValueError(f"{type(net).__name__} has no `blocks`: task.features=block_output needs a timm ViT-like "
                          f"model. Fix: task.features=pre_logits.")
-    caught: list[torch.Tensor] = []
-    # transformers layers may return (tokens, ...): the tokens come first
-    handle = blocks[-1].register_forward_hook(lambda _m, _i, out: caught.append(out[0] if isinstance(out, tuple)
-                                                                                else out))
+    caught: list[torch.Tensor] = []  # transformers layers may return (tokens, ...): the tokens come first
+    handle = blocks[-1].register_forward_hook(lambda _m, _i, o: caught.append(o[0] if isinstance(o, tuple) else o))
     try:
         net.forward_features(x)
     finally:
@@ -147,8 +145,7 @@ def l2_standardise(train: torch.Tensor, *others: torch.Tensor, eps: float = 1e-1
         ``([train, *others] standardised, mean (D,), std (D,))``.
     """
     normed = [f / f.norm(dim=1, keepdim=True).clamp_min(eps) for f in (train, *others)]
-    mean = normed[0].mean(dim=0)
-    std = normed[0].std(dim=0, unbiased=False)
+    mean, std = normed[0].mean(dim=0), normed[0].std(dim=0, unbiased=False)
     std = torch.where(std > 0, std, torch.ones_like(std))
     return [(f - mean) / std for f in normed], mean, std
 

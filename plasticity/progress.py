@@ -7,8 +7,6 @@ instead of redrawing a bar.
 
 from __future__ import annotations
 
-from typing import Any
-
 from lightning.pytorch.callbacks import ProgressBar
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -22,10 +20,8 @@ class StepProgressBar(ProgressBar):
 
     def __init__(self) -> None:
         super().__init__()
-        self._enabled = True
-        self._progress: Progress | None = None
-        self._task: Any = None
-        self._console = console()
+        self._progress: Progress | None = None  # a live bar on a terminal, its task in _task
+        self._enabled, self._task, self._console = True, None, console()
 
     def disable(self) -> None:
         self._enabled = False
@@ -35,12 +31,10 @@ class StepProgressBar(ProgressBar):
 
     def _text(self, trainer) -> str:
         metrics = trainer.progress_bar_metrics
-        parts = [f"step {trainer.global_step}/{trainer.max_steps}"]
-        if "loss" in metrics:
-            parts.append(f"loss {float(metrics['loss']):.4f}")
-        if "val/acc" in metrics:
-            parts.append(f"val/acc {100 * float(metrics['val/acc']):.2f}%")
-        return "  ".join(parts)
+        parts = [f"step {trainer.global_step}/{trainer.max_steps}",
+                 f"loss {float(metrics['loss']):.4f}" if "loss" in metrics else "",
+                 f"val/acc {100 * float(metrics['val/acc']):.2f}%" if "val/acc" in metrics else ""]
+        return "  ".join(p for p in parts if p)
 
     def on_train_start(self, trainer, pl_module) -> None:
         if not self._enabled or not self._console.is_terminal:

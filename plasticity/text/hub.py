@@ -146,8 +146,7 @@ def tokenizer_fingerprint(name: str) -> str:
     digest = hashlib.sha256(f"{located.path}|{located.gguf_file}".encode() if located.hub else b"")
     folder = Path(located.path)
     if located.gguf_file:
-        gguf = folder / located.gguf_file
-        digest.update(f"{located.gguf_file}|{gguf.stat().st_size}".encode())
+        digest.update(f"{located.gguf_file}|{(folder / located.gguf_file).stat().st_size}".encode())
     elif not located.hub:
         for file in TOKENIZER_FILES + ("tokenizer_config.json", "special_tokens_map.json"):
             if (folder / file).is_file():

@@ -24,7 +24,6 @@ from functools import lru_cache
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from plasticity.data.text import PAD  # the padding id of every token batch: the data layer's
 from plasticity.errors import WeightsError
@@ -88,11 +87,6 @@ class TextTransformer(nn.Module):
         """The backbone's layers (a property, so their parameters keep the backbone's names)."""
         return self.backbone.encoder.layer if self.family == "bert" else self.backbone.layers
 
-    @property
-    def final_norm(self) -> nn.Module | None:
-        """Llama's ``norm`` after the last layer; None for post-LN encoders (their last LN is in the block)."""
-        return self.backbone.norm if self.family == "llama" else None
-
     def reset_classifier(self, num_classes: int) -> None:
         self.head = nn.Linear(self.num_features, num_classes)
 
@@ -138,9 +132,7 @@ class TextTransformer(nn.Module):
         the first layer's input). Llama: the token embeddings (positions enter as rotations inside
         attention: :meth:`attention_kwargs`).
         """
-        if self.family == "bert":
-            return self.backbone.embeddings(input_ids=ids)
-        return self.backbone.embed_tokens(ids)
+        return self.backbone.embeddings(input_ids=ids) if self.family == "bert" else self.backbone.embed_tokens(ids)
 
     def attention_kwargs(self, tokens: torch.Tensor) -> dict:
         """What a layer's attention needs beside its input when applied alone to unpadded windows:
@@ -229,8 +221,7 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
     for tensor in (*backbone.parameters(), *backbone.buffers()):
         if tensor.is_floating_point() and tensor.dtype != torch.float32:
             tensor.data = tensor.data.float()
-    pad = config.pad_token_id if getattr(config, "pad_token_id", None) is not None else 0
-    model = TextTransformer(backbone, num_classes, pad_token_id=pad)
+    model = TextTransformer(backbone, num_classes, pad_token_id=getattr(config, "pad_token_id", None) or 0)
     if weights is not None:
         load_weights(model, weights, weights_file)
     # from_pretrained returns the model in eval mode; a new model trains (dropout on) like a timm one,
