@@ -112,6 +112,7 @@ class Finetune(RecipeBase):
         import lightning as L
 
         from plasticity.data.splits import expected_classes
+        from plasticity.tracking.logger import run_config
 
         cfg, rank_zero, chash = self.cfg, is_rank_zero(), config_hash(self.cfg, self.sections)
         # Seeded before anything draws from torch's RNG: a random init, the new head, LoRA's lora_A (and the workers).
@@ -123,7 +124,12 @@ class Finetune(RecipeBase):
         resume = self.resume_from(chash, rank_zero)
         checkpoint, last = best_and_last(self.run_dir)
         trainer = self.trainer = build_trainer(cfg, self.run_dir, [checkpoint, last])
-        log_config(trainer, cfg, self.identity(cfg), self.run_dir, selection.counts, datamodule.split_hash)
+        # Every logger gets the resolved config, the run identity, split_hash and the parameter counts:
+        # W&B filters and groups runs by any of them (component.name, ...).
+        config = run_config(cfg, self.identity(cfg), self.run_dir, split_hash=datamodule.split_hash,
+                            params=selection.counts)
+        for logger in trainer.loggers:
+            logger.log_hyperparams(config)
         if rank_zero:  # the ranks Lightning starts next (or that srun started) follow this decision
             announce(self.run_dir, "run", resume, num_nodes=num_nodes(cfg))
         start = time.perf_counter()
@@ -246,17 +252,6 @@ def build_trainer(cfg: DictConfig, run_dir: Path, checkpoints: list["ModelCheckp
         val_check_interval=task.val_every * accumulation, check_val_every_n_epoch=None,
         callbacks=callbacks, logger=instantiate_each(cfg.logger), default_root_dir=str(run_dir),
         plugins=[AtomicCheckpointIO(run_dir), *slurm])
-
-
-def log_config(trainer: "L.Trainer", cfg: DictConfig, identity: dict, run_dir: Path, counts: dict[str, int],
-               split_hash: str) -> None:
-    """Every logger gets the resolved config (nested), the run identity, ``split_hash`` and the
-    parameter counts: W&B filters and groups runs by any of them (``component.name``, ...)."""
-    from plasticity.tracking.logger import run_config
-
-    config = run_config(cfg, identity, run_dir, split_hash=split_hash, params=counts)
-    for logger in trainer.loggers:
-        logger.log_hyperparams(config)
 
 
 def instantiate_each(group: DictConfig) -> list:

@@ -65,10 +65,7 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     """Nested dicts become dotted keys: ``{"params": {"mha": 3}}`` -> ``{"params.mha": 3}``."""
     if not isinstance(tree, dict):
         return {prefix[:-1]: tree}
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        flat.update(flatten(value, f"{prefix}{key}."))
-    return flat
+    return {k: v for key, value in tree.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
 
 
 def _resolved(cfg: DictConfig | dict, key: str) -> Any:
@@ -110,9 +107,5 @@ def visible_files(root: str | Path, pattern: str) -> Iterator[Path]:
 def find_results(root: str | Path) -> list[tuple[Path, dict]]:
     """Every readable (run directory, record) under ``root``, sorted by path, hidden folders skipped
     (:func:`visible_files`)."""
-    found = []
-    for path in sorted(visible_files(root, RESULT_FILE)):
-        record = read_result(path.parent)
-        if record is not None:
-            found.append((path.parent, record))
-    return found
+    records = ((path.parent, read_result(path.parent)) for path in sorted(visible_files(root, RESULT_FILE)))
+    return [(folder, record) for folder, record in records if record is not None]
