@@ -42,19 +42,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 from weakref import WeakSet
 
 from plasticity.compat import restore_qkv, route_qkv_through_forward
-from plasticity.components import (
-    AUTO,
-    COMPONENTS,
-    Selection,
-    adapter_of,
-    block_count,
-    check_blocks,
-    classify,
-    freeze,
-    has_adapter,
-    resolve,
-    selection_of,
-)
+from plasticity.components import (AUTO, COMPONENTS, Selection, adapter_of, block_count, check_blocks, classify, freeze,
+                                   has_adapter, resolve, selection_of)
 from plasticity.validate import Problems
 
 if TYPE_CHECKING:
@@ -304,27 +293,19 @@ def merged_state_dict(model: "nn.Module") -> dict[str, "torch.Tensor"]:
     """
     import torch
 
-    if not lora_names(model):
-        return {k: v.detach().clone() for k, v in model.state_dict().items()}
     layers = _lora_layers(model)
     out: dict[str, torch.Tensor] = {}
     with torch.no_grad():
         for key, value in model.state_dict().items():
-            prefix = next((p for p in layers if key.startswith(p + ".")), None)
-            if prefix is None:
-                out[key] = value.detach().clone()
-                continue
-            rest = key[len(prefix) + 1:]
-            if not rest.startswith("base_layer."):
-                continue  # lora_A / lora_B / other adapter state
-            name = f"{prefix}.{rest.removeprefix('base_layer.')}"
-            value = value.detach().clone()
-            layer = layers[prefix]
-            if rest == "base_layer.weight":
-                for adapter in layer.active_adapters:
+            prefix, base, rest = key.partition(".base_layer.")
+            if base:  # an adapted Linear's own tensor, under its original name
+                layer, value = layers[prefix], value.detach().clone()
+                for adapter in layer.active_adapters if rest == "weight" else ():
                     if adapter in layer.lora_A and adapter not in layer.merged_adapters:
                         value += layer.get_delta_weight(adapter).to(value.dtype)
-            out[name] = value
+                out[f"{prefix}.{rest}"] = value
+            elif not any(key.startswith(p + ".") for p in layers):  # lora_A / lora_B / other adapter state: left out
+                out[key] = value.detach().clone()
     return out
 
 

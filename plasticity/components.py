@@ -276,12 +276,9 @@ class Selection:
     @property
     def counts(self) -> dict[str, int]:
         """Trainable parameter counts: the group, the head, the final norm if trained, the total."""
-        return {
-            "group": self.count(self.group),
-            "head": self.count(self.head),
-            "final_norm": self.count(n for n in self.final_norm if n in self.trainable),
-            "total": self.count(self.trainable),
-        }
+        return {"group": self.count(self.group), "head": self.count(self.head),
+                "final_norm": self.count(n for n in self.final_norm if n in self.trainable),
+                "total": self.count(self.trainable)}
 
 
 def resolve(model: "nn.Module") -> dict[str, tuple[str, ...]]:
@@ -503,24 +500,12 @@ def selection_of(model: "nn.Module", component: str, chosen: dict[str, tuple[str
         single: One whole group: ``parts`` stays None.
     """
     group = tuple(n for members in chosen.values() for n in members)
-    trainable = set(group) | set(groups["head"])
-    if train_final_norm:
-        trainable |= set(groups["final_norm"])
-    blocks: dict[int, list[str]] = {}
-    for name in (n for n, _ in model.named_parameters() if n in trainable):
-        block = classify(name)[1]
-        if block is not None:
-            blocks.setdefault(block, []).append(name)
-    return Selection(
-        component=component,
-        group=group,
-        head=groups["head"],
-        final_norm=groups["final_norm"],
-        trainable=frozenset(trainable),
-        blocks={b: tuple(v) for b, v in sorted(blocks.items())},
-        numel={n: p.numel() for n, p in model.named_parameters()},
-        parts=None if single else chosen,
-    )
+    trainable = set(group) | set(groups["head"]) | set(groups["final_norm"] if train_final_norm else ())
+    located = [(classify(n)[1], n) for n, _ in model.named_parameters() if n in trainable]  # (block, name)
+    blocks = {b: tuple(n for at, n in located if at == b) for b in sorted({at for at, _ in located} - {None})}
+    return Selection(component=component, group=group, head=groups["head"], final_norm=groups["final_norm"],
+                     trainable=frozenset(trainable), blocks=blocks,
+                     numel={n: p.numel() for n, p in model.named_parameters()}, parts=None if single else chosen)
 
 
 def freeze(model: "nn.Module", selection: Selection) -> None:

@@ -291,8 +291,7 @@ def claim_c3(rows: list[dict]) -> list[dict]:
     t1 = {r["group"]: r for r in table1(rows)}
     parts = [_c3_part(group, relation, t1.get(group)) for group, relation in C3_PARTS]
     verdicts = [p["verdict"] for p in parts]
-    verdict = (NOT_SUPPORTED if NOT_SUPPORTED in verdicts else NOT_TESTABLE if NOT_TESTABLE in verdicts
-               else SUPPORTED)
+    verdict = NOT_SUPPORTED if NOT_SUPPORTED in verdicts else NOT_TESTABLE if NOT_TESTABLE in verdicts else SUPPORTED
     reason = "; ".join(dict.fromkeys(p["reason"] for p in parts if p["reason"]))
     n = max((p["n"] or 0 for p in parts), default=0)
     statistic = ("parts supported of 4 (MHA > FC2, MHA > LN2, MHA > LN1: mean decrease > 0 with p < 0.05; "
@@ -352,8 +351,7 @@ def claim_c5(cells: Cells) -> list[dict]:
 
 def evaluate_claims(inputs: ClaimInputs) -> list[dict]:
     """Every row of ``claims.csv``: per claim its verdict row, then its detail rows."""
-    return (claim_c1(inputs) + claim_c2(inputs) + claim_c3(inputs.rows) + claim_c4(inputs)
-            + claim_c5(inputs.cells))
+    return claim_c1(inputs) + claim_c2(inputs) + claim_c3(inputs.rows) + claim_c4(inputs) + claim_c5(inputs.cells)
 
 
 # ----------------------------------------------------------------------------------- inputs

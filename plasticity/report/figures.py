@@ -22,14 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 from plasticity.components import COLORS, GROUPS, color, label, strategy_of
-from plasticity.report.tables import (
-    AVERAGE,
-    Cells,
-    column_labels,
-    ordered_groups,
-    partial_averages,
-    pooled_se,
-)
+from plasticity.report.tables import AVERAGE, Cells, column_labels, ordered_groups, partial_averages, pooled_se
 from plasticity.runs.io import atomic_path
 
 if TYPE_CHECKING:

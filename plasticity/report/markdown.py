@@ -9,15 +9,8 @@ from typing import Any
 
 from plasticity.report.claims import ALPHA, MIN_TARGETS, verdict_text
 from plasticity.components import is_probe
-from plasticity.report.tables import (
-    AVERAGE,
-    LINEAR_PROBE,
-    PROBE,
-    column_labels,
-    linear_probe_baseline,
-    ordered_groups,
-    partial_averages,
-)
+from plasticity.report.tables import (AVERAGE, LINEAR_PROBE, PROBE, column_labels, linear_probe_baseline,
+                                      ordered_groups, partial_averages)
 from plasticity.runs.io import blank
 from plasticity.runs.stop import INTERRUPTED
 

@@ -60,8 +60,7 @@ def table6_records() -> list[tuple[Path, dict]]:
                 record = dict(task="finetune", dataset=target, model=MODEL, component=group, optimizer="sgd",
                               lr=PLACEHOLDER_LR, seed=seed, status="done", best_val_acc=round(acc / 100, 6),
                               test_acc=round(acc / 100, 6), source="paper Table 6")
-                out.append((Path("finetune", target, MODEL, group, f"sgd_lr_{PLACEHOLDER_LR}", f"seed_{seed}"),
-                            record))
+                out.append((Path("finetune", target, MODEL, group, f"sgd_lr_{PLACEHOLDER_LR}", f"seed_{seed}"), record))
         probe = dict(task="linear_probe", dataset=target, model=MODEL, component="probe", strategy="probe", lr=None,
                      seed=0, status="done", best_val_acc=None, test_acc=round(PAPER_PROBE[target] / 100, 6),
                      source="paper Table 6")

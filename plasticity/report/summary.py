@@ -95,8 +95,7 @@ def summary_table(root: Path, dataset: str, model: str, problems: list[Problem] 
     problems = [] if problems is None else problems
     root = Path(root)
     best = best_runs(root, dataset, model, problems)
-    plasticity = group_means(latest(root / "plasticity" / dataset / model, "plasticity.csv"), "mean",
-                             problems=problems)
+    plasticity = group_means(latest(root / "plasticity" / dataset / model, "plasticity.csv"), "mean", problems=problems)
     bounds = group_means(latest(root / "bounds" / dataset / model, "bounds.csv"), "value",
                          lambda row: row["bound"] == BOUND_OF.get(row["group"]), problems)
     a_rank = ranks({c: b["test_acc"] for c, b in best.items() if c in GROUPS})
@@ -154,12 +153,10 @@ def main(argv: list[str] | None = None) -> None:
         skipped: list[Problem] = []  # the problems of the whole sweep: listed once, below
         con.print(summary_table(args.outputs, dataset, model, skipped))
         problems += [p for p in skipped if p not in problems]
-        line = ranking_line(args.outputs, dataset, model)
-        if line:
+        if line := ranking_line(args.outputs, dataset, model):
             con.print(line)
     for model in sorted({m for _, m in found}):
-        line = pretraining_line(args.outputs, model, problems)
-        if line:
+        if line := pretraining_line(args.outputs, model, problems):
             con.print(line)
     for path, reason in problems:
         con.print(f"[yellow]skipped {path}: {reason}[/yellow]")

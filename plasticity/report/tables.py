@@ -340,8 +340,7 @@ def pareto_front(points: list[tuple[float | None, float]]) -> list[bool]:
     no other point has accuracy >= and parameters <=, one of the two strictly. A point without a
     parameter count is never on it (and dominates nothing)."""
     known = [(p, a) for p, a in points if p is not None]
-    return [p is not None and not any(q <= p and b >= a and (q < p or b > a) for q, b in known)
-            for p, a in points]
+    return [p is not None and not any(q <= p and b >= a and (q < p or b > a) for q, b in known) for p, a in points]
 
 
 def strategies(rows: list[dict]) -> list[dict]:

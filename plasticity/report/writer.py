@@ -50,33 +50,13 @@ from plasticity.components import is_probe, parse_tag
 from plasticity.report import figures
 from plasticity.report.claims import COLUMNS as CLAIM_COLUMNS
 from plasticity.report.claims import chosen_runs, claim_inputs, evaluate_claims
-from plasticity.report.collect import (
-    Problem,
-    Sweep,
-    analysis_plasticity,
-    check_sweep_dir,
-    claim_metrics,
-    collect,
-    read_during_training,
-    read_metrics,
-)
+from plasticity.report.collect import (Problem, Sweep, analysis_plasticity, check_sweep_dir, claim_metrics, collect,
+                                       read_during_training, read_metrics)
 from plasticity.report.markdown import claims_md, fmt_params, probe_note, problems_md, rows_md, table6_md
 from plasticity.report.pretraining import PAPER_TEXT, RANKING_COLUMNS, ranking_rows, sentence
-from plasticity.report.tables import (
-    AVERAGE,
-    SELECT_KEYS,
-    STRATEGIES_COLUMNS,
-    TABLE6_COLUMNS,
-    Cells,
-    done_cells,
-    missing_runs,
-    plasticity_vs_accuracy,
-    relative_gain,
-    shared_seeds,
-    strategies,
-    table1,
-    table6,
-)
+from plasticity.report.tables import (AVERAGE, SELECT_KEYS, STRATEGIES_COLUMNS, TABLE6_COLUMNS, Cells, done_cells,
+                                      missing_runs, plasticity_vs_accuracy, relative_gain, shared_seeds, strategies,
+                                      table1, table6)
 from plasticity.runs.checkpoints import DURING_TRAINING
 from plasticity.runs.io import write_csv_atomic, write_text_atomic
 from plasticity.runs.record import flatten

@@ -64,13 +64,8 @@ def log_report(cfg: DictConfig, report_dir: str | Path, sweep_dir: str | Path) -
     run = open_run(cfg, {"task": "report", "sweep_dir": str(sweep_dir.resolve())}, report_dir,
                    job_type="report", group=report_group(runs, sweep_dir), id=run_id(key),
                    name=f"report/{sweep_dir.resolve().name}{only}", tags=["report"])
-    payload: dict[str, Any] = {}
-    for name in TABLES:
-        if rows := read_rows(report_dir / f"{name}.csv"):
-            payload[name] = table(rows)
-    for image in sorted(report_dir.glob("*.png")):
-        payload[f"figures/{image.stem}"] = wandb.Image(str(image))
-    run.log(payload)
+    tables = {name: table(rows) for name in TABLES if (rows := read_rows(report_dir / f"{name}.csv"))}
+    run.log(tables | {f"figures/{image.stem}": wandb.Image(str(image)) for image in sorted(report_dir.glob("*.png"))})
     run.summary.update({"runs": len(runs), "done": sum(r.get("status") == "done" for r in runs)})
     if runs:
         artifact = wandb.Artifact(f"runs-{run.id}", type="runs", description=f"every record under {sweep_dir}")

@@ -70,10 +70,8 @@ def read_run(path: str | Path) -> RunFile:
             run.name, run.tags, run.resumed = r.display_name, list(r.tags), r.resumed
             _items(r.config.update, run.config)
             _items(r.summary.update, run.summary)
-        elif kind == "config":
-            _items(record.config.update, run.config)
-        elif kind == "summary":
-            _items(record.summary.update, run.summary)
+        elif kind in ("config", "summary"):
+            _items(getattr(record, kind).update, getattr(run, kind))
         elif kind == "history":
             row: dict[str, Any] = {}
             _items(record.history.item, row)
@@ -82,9 +80,8 @@ def read_run(path: str | Path) -> RunFile:
             run.history.append(row)
         elif kind == "metric":
             m = record.metric
-            run.metrics[m.name or m.glob_name] = {"step_metric": m.step_metric,
-                                                  "summary": [s for s in ("min", "max", "mean", "last", "best")
-                                                              if getattr(m.summary, s, False)]}
+            summary = [s for s in ("min", "max", "mean", "last", "best") if getattr(m.summary, s, False)]
+            run.metrics[m.name or m.glob_name] = {"step_metric": m.step_metric, "summary": summary}
         elif kind == "artifact":
             run.artifacts.append(record.artifact.name)
         elif kind == "exit":
