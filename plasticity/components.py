@@ -532,9 +532,7 @@ def adapter_of(cfg: Any) -> dict | None:
     from omegaconf import OmegaConf
 
     node = cfg.get("adapter")
-    if not has_adapter(node):
-        return None
-    return OmegaConf.to_container(node, resolve=True)
+    return OmegaConf.to_container(node, resolve=True) if has_adapter(node) else None
 
 
 def tag_of(cfg: Any) -> str:

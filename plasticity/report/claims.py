@@ -220,9 +220,8 @@ def accuracies(rows: list[dict]) -> dict[str, dict[str, float]]:
     """Target -> group -> Table 6 test accuracy (%), the five groups only."""
     out: dict[str, dict[str, float]] = {}
     for group, by in means_by(rows).items():
-        if group in GROUPS:
-            for target, acc in by.items():
-                out.setdefault(target, {})[group] = acc
+        for target, acc in by.items() if group in GROUPS else ():
+            out.setdefault(target, {})[group] = acc
     return out
 
 

@@ -255,38 +255,38 @@ def _metric_points(path: Path, columns: Iterable[str]) -> dict[str, tuple[list[f
 CSV_ERRORS = (OSError, UnicodeDecodeError, csv.Error, ValueError)
 
 
-def read_metrics(run_dir: str | Path, columns: Iterable[str]) -> tuple[dict[str, Series], list[Problem]]:
+def read_metrics(run_dir: str | Path, columns: Iterable[str],
+                 problems: list[Problem] | None = None) -> tuple[dict[str, Series], list[Problem]]:
     """Per column, (steps, values) from the run's ``metrics.csv`` and the earlier
     ``metrics.part*.csv`` of resumed runs, skipping rows where it was not logged (empty arrays when
-    absent); and the files skipped as corrupt (truncated rows, non-numeric cells), as problems.
+    absent); and the files skipped as corrupt (truncated rows, non-numeric cells), as problems, also
+    appended to ``problems`` when given (once each).
 
     A resumed run logs again the steps between its checkpoint and the interruption: a step's value
     is the latest file's (the same number, the resume being exact), each step once, in step order.
     """
     columns = list(columns)
     points: dict[str, dict[float, float]] = {c: {} for c in columns}
-    problems: list[Problem] = []
+    found: list[Problem] = []
     for path in metrics_files(run_dir):  # the interrupted parts in order, then the last
         if not path.is_file():
             continue
         try:
-            found = _metric_points(path, columns)
+            read = _metric_points(path, columns)
         except CSV_ERRORS as err:
-            _corrupt(path, err, problems)
+            _corrupt(path, err, found)
             continue
-        for column, (steps, values) in found.items():
+        for column, (steps, values) in read.items():
             points[column].update(zip(steps, values))
-    series = {c: sorted(p.items()) for c, p in points.items()}
-    return {c: (np.asarray([s for s, _ in pairs]), np.asarray([v for _, v in pairs])) for c, pairs in series.items()}, problems
+    if problems is not None:
+        problems.extend(p for p in found if p not in problems)
+    return {c: (np.asarray(sorted(p)), np.asarray([p[s] for s in sorted(p)])) for c, p in points.items()}, found
 
 
 def read_metric(run_dir: str | Path, column: str, problems: list[Problem] | None = None) -> Series:
     """(steps, values) of one column (see :func:`read_metrics`); corrupt files are skipped and
     appended to ``problems`` when given."""
-    series, found = read_metrics(run_dir, [column])
-    if problems is not None:
-        problems.extend(found)
-    return series[column]
+    return read_metrics(run_dir, [column], problems)[0][column]
 
 
 def claim_metrics(chosen: dict[tuple[str, str], list[dict]],
@@ -297,11 +297,7 @@ def claim_metrics(chosen: dict[tuple[str, str], list[dict]],
     out: dict[tuple[str, str], list[dict[str, Series]]] = {}
     for (target, group), records in chosen.items():
         columns = [f"grad_norm/{group}"] + [f"plasticity/{g}" for g in GROUPS]
-        out[(target, group)] = []
-        for record in records:
-            series, bad = read_metrics(record["run_dir"], columns)
-            problems.extend(p for p in bad if p not in problems)
-            out[(target, group)].append(series)
+        out[(target, group)] = [read_metrics(record["run_dir"], columns, problems)[0] for record in records]
     return out
 
 

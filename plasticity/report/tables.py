@@ -72,9 +72,7 @@ def column_labels(groups: Iterable[str]) -> dict[str, str]:
 
 def _kind_rank(tag: str) -> int:
     kind = strategy_of(tag)
-    if kind == PROBE:
-        return len(KINDS) + 1
-    return KINDS.index(kind) if kind in KINDS else len(KINDS)
+    return len(KINDS) + 1 if kind == PROBE else KINDS.index(kind) if kind in KINDS else len(KINDS)
 
 
 def ordered_groups(groups: Iterable[str]) -> list[str]:

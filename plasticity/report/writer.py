@@ -356,8 +356,7 @@ def curves(cells: Cells, rows: list[dict], dataset: str, problems: list[Problem]
         group = row["group"]
         record = cells[(dataset, group, row["lr"])][0]
         columns = grad_columns(group, record)
-        series, bad = read_metrics(record["run_dir"], columns + ["val/loss"])
-        problems.extend(p for p in bad if p not in problems)
+        series = read_metrics(record["run_dir"], columns + ["val/loss"], problems)[0]
         found.append({"group": group, "label": row["label"], "lr": row["lr"],
                       "grad_norm": combined_grad_norm([series[c] for c in columns]), "val_loss": series["val/loss"]})
     return found

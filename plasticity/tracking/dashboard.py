@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from urllib.parse import urlparse
 
 from plasticity.compat import netrc_api_key
+from plasticity.compat import workspace_json as spec_json  # the workspace as W&B's view JSON (load_spec reads it)
 from plasticity.components import COLORS, GROUPS, label
 from plasticity.tracking import STEP_METRIC
 
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
     from plasticity.tracking.runfile import RunFile
 
-__all__ = ["DashboardError", "PanelKey", "build_workspace", "can_reach_wandb", "has_credentials", "load_spec",
+__all__ = ["DashboardError", "PanelKey", "build_workspace", "has_credentials", "load_spec",
            "missing_keys", "offline_reason", "panel_keys", "push", "push_command", "spec_json"]
 
 GROUP_BY = "run.component"
@@ -196,13 +197,6 @@ SECTIONS: tuple[tuple[str, Callable[[tuple[str, ...]], list]], ...] = (
 # ----------------------------------------------------------------------------------- the spec
 
 
-def spec_json(ws: "Workspace") -> str:
-    """The workspace as W&B's view JSON (what :func:`load_spec` and :func:`push` read)."""
-    from plasticity.compat import workspace_json
-
-    return workspace_json(ws)
-
-
 def load_spec(path: str | Path) -> "Workspace":
     """The workspace saved by :func:`spec_json` in ``path``.
 
@@ -322,11 +316,6 @@ def offline_reason(timeout_s: float = REACH_TIMEOUT_S) -> str | None:
     except Exception as err:
         return f"{url.hostname}:{port} cannot be reached ({type(err).__name__})"
     return None
-
-
-def can_reach_wandb(timeout_s: float = REACH_TIMEOUT_S) -> bool:
-    """Whether the workspace can be saved now (:func:`offline_reason` is None); never hangs."""
-    return offline_reason(timeout_s) is None
 
 
 def _bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:

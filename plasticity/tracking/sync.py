@@ -31,13 +31,9 @@ def offline_runs(sweep_dir: str | Path, include_synced: bool = False) -> list[Pa
     """The ``offline-run-*`` folders under ``sweep_dir`` in start order (hidden folders skipped;
     folders whose run file ``wandb sync`` marked ``.synced`` skipped unless ``include_synced``)."""
     root = Path(sweep_dir)
-    found = []
-    for path in root.rglob("offline-run-*"):
-        if not path.is_dir() or any(p.startswith(".") for p in path.relative_to(root).parts):
-            continue
-        synced = any(path.glob("run-*.wandb.synced"))
-        if (include_synced or not synced) and not _empty(path):
-            found.append(path)
+    found = [path for path in root.rglob("offline-run-*")
+             if path.is_dir() and not any(p.startswith(".") for p in path.relative_to(root).parts)
+             and (include_synced or not any(path.glob("run-*.wandb.synced"))) and not _empty(path)]
     return sorted(found, key=lambda p: (p.name.split("-")[2], str(p)))  # offline-run-<start time>-<id>
 
 
