@@ -52,10 +52,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "ADAPTERS", "ADAPTER_NAME", "LORA_GROUPS", "apply_lora", "check_adapter", "check_job_adapter", "export_merged",
-    "lora_names", "lora_selection", "merge_lora", "merged_state_dict", "target_modules",
-]
+__all__ = ["ADAPTERS", "ADAPTER_NAME", "LORA_GROUPS", "apply_lora", "check_adapter", "check_job_adapter",
+           "export_merged", "lora_names", "lora_selection", "merge_lora", "merged_state_dict", "target_modules"]
 
 ADAPTERS: tuple[str, ...] = ("none", "lora")
 """Every value ``adapter.name`` accepts (``conf/adapter/<name>.yaml``)."""

@@ -478,10 +478,9 @@ def select_units(model: "nn.Module", units: Iterable[tuple[str, int | None]], tr
                  component: str = AUTO) -> Selection:
     """The selection that trains the given (group, block) units (block None: the group in every block)."""
     groups = resolve(model)
-    chosen: dict[str, list[str]] = {}
+    picked: dict[str, set[str]] = {}
     for group, block in units:
-        chosen.setdefault(group, []).extend(n for n in groups[group] if block is None or classify(n)[1] == block)
-    picked = {g: set(names) for g, names in chosen.items()}
+        picked.setdefault(group, set()).update(n for n in groups[group] if block is None or classify(n)[1] == block)
     ordered = {g: tuple(n for n in groups[g] if n in picked[g]) for g in COMBINABLE if g in picked}
     return selection_of(model, component, ordered, groups, train_final_norm, single=False)
 

@@ -71,13 +71,11 @@ PAPER_RANKING = ("mha", "fc1", "fc2", "ln2", "ln1")
 """The paper's plasticity ranking (Sec. 5.1), most plastic first."""
 SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE)
-CLAIMS = {
-    "C1": "C1 plasticity ranking MHA > FC1 > FC2 > LN2 > LN1",
-    "C2": "C2 higher plasticity gives higher finetuning accuracy",
-    "C3": "C3 MHA is better than FC2, LN2, LN1 and no worse than FC1",
-    "C4": "C4 gradient norms follow the plasticity ranking",
-    "C5": "C5 MHA is the most robust to the learning rate and seed",
-}
+CLAIMS = {"C1": "C1 plasticity ranking MHA > FC1 > FC2 > LN2 > LN1",
+          "C2": "C2 higher plasticity gives higher finetuning accuracy",
+          "C3": "C3 MHA is better than FC2, LN2, LN1 and no worse than FC1",
+          "C4": "C4 gradient norms follow the plasticity ranking",
+          "C5": "C5 MHA is the most robust to the learning rate and seed"}
 """Claim id -> the ``claim`` cell of its rows."""
 COLUMNS = ("claim", "statistic", "value", "p_value", "n", "verdict", "level", "target", "reason")
 POOLED = "pooled"

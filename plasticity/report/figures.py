@@ -36,15 +36,9 @@ BOUND_STYLES = {"prop1": "-", "prop2": "-", "prop3_rms": "-", "prop3_max": "--",
 """Line style per bound (Prop. 3 at the largest token radius dashed, Prop. 4 dotted)."""
 
 
-KIND_STYLES = {
-    "group": ("o", "paper single group"),
-    "full": ("P", "full finetuning"),
-    "head": ("X", "SGD head"),
-    "combination": ("s", "combination"),
-    "lora": ("^", "LoRA"),
-    "auto": ("*", "auto (plasticity-chosen)"),
-    "probe": ("D", "linear probe (logistic regression)"),
-}
+KIND_STYLES = {"group": ("o", "paper single group"), "full": ("P", "full finetuning"), "head": ("X", "SGD head"),
+               "combination": ("s", "combination"), "lora": ("^", "LoRA"), "auto": ("*", "auto (plasticity-chosen)"),
+               "probe": ("D", "linear probe (logistic regression)")}
 """Strategy -> (marker, legend name) of :func:`plot_pareto`; another strategy gets ``v`` and its name."""
 KIND_COLORS = {"combination": "tab:olive", "lora": "tab:pink", "auto": "goldenrod", "probe": "dimgray"}
 """Colour of a configuration beyond the paper, by its kind."""

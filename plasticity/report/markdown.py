@@ -118,20 +118,18 @@ def not_done_md(runs: list[tuple[Path, dict]]) -> str:
     """The runs whose status is not ``done``, with their error ("None." when none): the interrupted
     ones first, apart (stopped by a signal or the disk, with the step reached: a relaunch resumes
     them), then the failed and diverged ones."""
-    stopped = [(d, r) for d, r in runs if r.get("status") == INTERRUPTED]
-    bad = [(d, r) for d, r in runs if r.get("status") not in ("done", INTERRUPTED)]
+    stopped = [[INTERRUPTED, str(d), str(r.get("step", "")), cell(r.get("error", ""))]
+               for d, r in runs if r.get("status") == INTERRUPTED]
+    bad = [[str(r.get("status")), str(d), cell(r.get("error", ""))]
+           for d, r in runs if r.get("status") not in ("done", INTERRUPTED)]
     if not stopped and not bad:
         return "None.\n"
     text = ""
     if stopped:
         text += ("Interrupted (a relaunch of the same command resumes them from their last checkpoint):\n\n"
-                 + md_table(["status", "run_dir", "step", "error"],
-                            [[INTERRUPTED, str(d), str(r.get("step", "")), cell(r.get("error", ""))] for d, r in stopped])
+                 + md_table(["status", "run_dir", "step", "error"], stopped)
                  + ("\nFailed or diverged:\n\n" if bad else ""))
-    if bad:
-        text += md_table(["status", "run_dir", "error"], [[str(r.get("status")), str(d), cell(r.get("error", ""))]
-                                                          for d, r in bad])
-    return text
+    return text + (md_table(["status", "run_dir", "error"], bad) if bad else "")
 
 
 def missing_md(missing: list[dict]) -> str:

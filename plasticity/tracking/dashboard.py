@@ -185,12 +185,9 @@ def hyperparameter_panels(groups: tuple[str, ...]) -> list:
 
 
 SECTIONS: tuple[tuple[str, Callable[[tuple[str, ...]], list]], ...] = (
-    ("Accuracy", accuracy_panels),
-    ("Gradient norms", gradient_panels),
-    ("Plasticity during training", plasticity_panels),
-    ("Validation loss", loss_panels),
-    ("Learning rate and components", hyperparameter_panels),
-)
+    ("Accuracy", accuracy_panels), ("Gradient norms", gradient_panels),
+    ("Plasticity during training", plasticity_panels), ("Validation loss", loss_panels),
+    ("Learning rate and components", hyperparameter_panels))
 """Section name -> its panels, in the workspace's order."""
 
 

@@ -10,8 +10,8 @@ A run resumed after a requeue has one ``offline-run-*`` folder per part, all wit
 ``wandb sync`` uploads the parts of one run in start order. Folders ``wandb sync`` already marked as
 synced are skipped (``--all`` includes them), and so are folders whose run file holds nothing
 (a process killed with SIGKILL before W&B wrote; its metrics stay in ``metrics.part<k>.csv``);
-replaced runs (hidden ``.<dir>.replaced-*`` folders) are never synced. While jobs run, ``logger.wandb.osh=true`` with ``wandb-osh`` on a login node syncs
-them as they go (README "W&B").
+replaced runs (hidden ``.<dir>.replaced-*`` folders) are never synced. While jobs run,
+``logger.wandb.osh=true`` with ``wandb-osh`` on a login node syncs them as they go (README "W&B").
 """
 
 from __future__ import annotations
