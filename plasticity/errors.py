@@ -37,8 +37,7 @@ class ConfigError(ValueError):
 
     def __init__(self, problems: list[str] | str) -> None:
         self.problems = [problems] if isinstance(problems, str) else list(problems)
-        one = len(self.problems) == 1
-        super().__init__(self.problems[0] if one else f"{len(self.problems)} problems:\n" +
+        super().__init__(self.problems[0] if len(self.problems) == 1 else f"{len(self.problems)} problems:\n" +
                          "\n".join(f"  - {p}" for p in self.problems))
 
 
@@ -51,9 +50,11 @@ class Problems:
     def __bool__(self) -> bool:
         return bool(self.items)
 
-    def add(self, message: str) -> None:
-        if message not in self.items:
-            self.items.append(message)
+    def add(self, *messages: str) -> None:
+        """Adds each message not already there."""
+        for message in messages:
+            if message not in self.items:
+                self.items.append(message)
 
     def require(self, ok: bool, message: str) -> bool:
         """Adds ``message`` unless ``ok``; returns ``ok``."""
@@ -67,8 +68,7 @@ class Problems:
         try:
             check(*args, **kwargs)
         except USER_ERRORS as err:
-            for line in getattr(err, "problems", [str(err)]):
-                self.add(line)
+            self.add(*getattr(err, "problems", [str(err)]))
             return False
         return True
 
@@ -84,5 +84,4 @@ class Problems:
 
 def closest(key: str, choices: list[str] | tuple[str, ...]) -> str | None:
     """The one closest choice (:func:`plasticity.errors.did_you_mean`), or None."""
-    found = did_you_mean(key, choices)
-    return found[0] if found else None
+    return next(iter(did_you_mean(key, choices)), None)

