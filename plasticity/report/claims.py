@@ -197,8 +197,7 @@ def pooled(cid: str, what: str, per_target: dict[str, float]) -> dict:
     """The verdict row pooling per-target coefficients: their mean, the exact Wilcoxon p against 0."""
     values = [v for v in per_target.values() if not math.isnan(v)]
     statistic = f"mean over targets of the per-target {what}; p: two-sided exact Wilcoxon signed-rank vs 0"
-    n = len(values)
-    mean = float(np.mean(values)) if values else float("nan")
+    n, mean = len(values), float(np.mean(values)) if values else float("nan")
     p = wilcoxon_exact(values)
     verdict, reason = directional(mean, p, n) if values else (NOT_TESTABLE, "no target with a defined coefficient")
     return row(cid, statistic, mean, p, n, verdict, "claim", POOLED, reason)

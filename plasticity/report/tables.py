@@ -98,9 +98,7 @@ def done_cells(runs: list[tuple[Path, dict]]) -> Cells:
     for run_dir, r in runs:
         if r.get("status") == "done":
             cells[(r["dataset"], r["component"], lr_key(r))].append({**r, "run_dir": run_dir})
-    for records in cells.values():
-        records.sort(key=lambda r: r.get("seed", 0))
-    return dict(cells)
+    return {cell: sorted(records, key=lambda r: r.get("seed", 0)) for cell, records in cells.items()}
 
 
 def shared_seeds(cells: Cells) -> list[dict]:
