@@ -113,9 +113,7 @@ def check_adapter(component_groups: str | Iterable[str], adapter_cfg: Mapping | 
 
 def check_lora_groups(groups: str | Iterable[str], p: Problems) -> None:
     """Each group must hold ``nn.Linear`` weights (:data:`LORA_GROUPS`); ``auto`` is the strategy check's."""
-    for group in _groups(groups):
-        if group in LORA_GROUPS or group == AUTO:
-            continue
+    for group in (g for g in _groups(groups) if g not in (*LORA_GROUPS, AUTO)):
         if group in COMPONENTS:
             p.add(f"component={group!r} with adapter=lora: LoRA adapts nn.Linear weights and {group} is "
                   f"{_WHY_NOT.get(group, 'not a Linear')}. Choices with adapter=lora: {', '.join(LORA_GROUPS)}. "
@@ -173,13 +171,9 @@ def _checked(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable[i
 def _linear_names(model: "nn.Module", groups: list[str], blocks: list[int] | None) -> list[str]:
     import torch.nn as nn
 
-    names = []
-    for name, module in model.named_modules():
-        if not isinstance(module, nn.Linear):
-            continue
-        group, block = classify(f"{name}.weight")
-        if group in groups and block is not None and (blocks is None or block in blocks):
-            names.append(name)
+    located = {name: classify(f"{name}.weight") for name, m in model.named_modules() if isinstance(m, nn.Linear)}
+    names = [name for name, (group, block) in located.items()
+             if group in groups and block is not None and (blocks is None or block in blocks)]
     if not names:
         raise ValueError(f"no nn.Linear of {'+'.join(groups)} in blocks {blocks if blocks is not None else 'all'} of "
                          f"{type(model).__name__}: nothing for LoRA to adapt. Fix: another component or adapter=none.")
@@ -265,10 +259,8 @@ def lora_selection(model: "nn.Module", component: str, train_final_norm: bool = 
 def _route_qkv_through_forward(model: "nn.Module", names: list[str]) -> None:
     """BEiT/EVA attention with ``q_bias`` skips its (adapted) ``qkv`` module's forward: routed through it
     (:func:`plasticity.compat.route_qkv_through_forward`) until :func:`merge_lora`."""
-    for name in names:
-        parent_name, _, leaf = name.rpartition(".")
-        parent = model.get_submodule(parent_name)
-        if leaf == "qkv" and route_qkv_through_forward(parent):
+    for parent in (model.get_submodule(name.rpartition(".")[0]) for name in names if name.endswith(".qkv")):
+        if route_qkv_through_forward(parent):
             _ROUTED.add(parent)
 
 
