@@ -2,7 +2,7 @@
 
 The sweeper hands them only the jobs that are not done (``run_plan``):
 
-- :class:`InProcess` (``hydra/launcher=inprocess``, the default) runs each planned config in this
+- :class:`InProcess` (Hydra's default ``hydra/launcher=basic``) runs each planned config in this
   process as it is: no second composition, no second validation, and the job confirms the plan's
   inspection of its run directory instead of repeating it;
 - :class:`Submits`, mixed into hydra-submitit-launcher's SLURM and local launchers
@@ -11,7 +11,7 @@ The sweeper hands them only the jobs that are not done (``run_plan``):
   hard kill, a node failure) is recorded as failed, naming its logs, instead of stopping the sweep.
 
 Hydra instantiates launchers only from the ``hydra_plugins`` namespace, so the classes that
-``conf/hydra/launcher/{inprocess,slurm,local}.yaml`` name live in ``hydra_plugins/plasticity_launcher``.
+``conf/hydra/launcher/{slurm,local}.yaml`` name live in ``hydra_plugins/plasticity_launcher``.
 """
 
 from __future__ import annotations
@@ -21,23 +21,18 @@ import logging
 from typing import Any, Sequence
 
 from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
-from hydra.errors import HydraException
-from hydra.plugins.launcher import Launcher
 
 from plasticity.sweep import Job, completed
 
 log = logging.getLogger(__name__)
 
 
-class InProcess(Launcher):
-    """Runs each job in this process, one after the other, from its planned config."""
+class InProcess:
+    """Runs each job in this process, one after the other, from its planned config (what the sweeper
+    uses in place of Hydra's basic launcher, ``hydra/launcher=basic``, which would compose each job again)."""
 
-    def setup(self, *, hydra_context: Any, task_function: Any, config: Any) -> None:
-        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
-
-    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
-        raise HydraException("hydra/launcher=inprocess runs the jobs hydra/sweeper=plan planned. Fix: drop the "
-                             "hydra/sweeper override, or use hydra/launcher=basic with it.")
+    def __init__(self, hydra_context: Any, config: Any) -> None:
+        self.hydra_context, self.config = hydra_context, config
 
     def run_plan(self, jobs: list[Job], extra: str) -> dict[int, JobReturn]:
         """Runs the planned ``jobs`` in order (their configs already hold ``extra``); JobReturns by number."""

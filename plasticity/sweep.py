@@ -44,8 +44,13 @@ class PlanSweeper(Sweeper):
         from hydra.core.plugins import Plugins
 
         self.hydra_context, self.config = hydra_context, config
-        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
-                                                                task_function=task_function, config=config)
+        if config.hydra.runtime.choices.get("hydra/launcher") == "basic":  # the planned configs run here as they are
+            from plasticity.launcher import InProcess
+
+            self.launcher = InProcess(hydra_context, config)
+        else:  # an experiment's parallel (joblib), or slurm | local (plasticity.launcher.Submits)
+            self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
+                                                                    task_function=task_function, config=config)
 
     def sweep(self, arguments: list[str]) -> list[list[JobReturn]]:
         started = time.perf_counter()

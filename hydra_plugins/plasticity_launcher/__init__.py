@@ -1,21 +1,17 @@
 """plasticity's sweeper and launchers, where Hydra looks for plugins (the ``hydra_plugins`` namespace).
 
-``conf/hydra/sweeper/plan.yaml`` and ``conf/hydra/launcher/{inprocess,slurm,local}.yaml`` name these
+``conf/hydra/sweeper/plan.yaml`` and ``conf/hydra/launcher/{slurm,local}.yaml`` name these
 classes; they are defined in :mod:`plasticity.sweep` and :mod:`plasticity.launcher`.
 """
 
 from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 
-from plasticity.launcher import InProcess, Submits
+from plasticity.launcher import Submits
 from plasticity.sweep import PlanSweeper as _PlanSweeper
 
 
 class PlanSweeper(_PlanSweeper):
     """``hydra/sweeper=plan``: every job planned (composed, validated, inspected) before any runs."""
-
-
-class BasicLauncher(InProcess):
-    """``hydra/launcher=inprocess``: the planned jobs, one after the other, in this process."""
 
 
 # Submits first: its run_plan() comes before the base launcher's attributes in the method order.
