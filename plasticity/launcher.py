@@ -20,9 +20,9 @@ import functools
 import logging
 from typing import Any, Sequence
 
-from hydra.core.utils import JobReturn, configure_log, run_job, setup_globals
+from hydra.core.utils import JobReturn, JobStatus, configure_log, run_job, setup_globals
 
-from plasticity.sweep import Job, completed
+from plasticity.prelaunch import Job
 
 log = logging.getLogger(__name__)
 
@@ -85,3 +85,11 @@ def ended_without_result(handle: Any, job: Job, err: Exception) -> dict[str, Any
             "error": (f"job {handle.job_id} ended without a result (state {state}: killed, cancelled or its node "
                       f"failed); its logs: {handle.paths.stdout} and {handle.paths.stderr}. Relaunch the same command "
                       f"to resume it from checkpoints/last.ckpt.")}
+
+
+def completed(job: Job, record: dict[str, Any]) -> JobReturn:
+    """A completed JobReturn holding ``record``, for a job that did not return one itself."""
+    ret = JobReturn(overrides=list(job.overrides), cfg=job.cfg, working_dir=str(job.run_dir),
+                    status=JobStatus.COMPLETED)
+    ret.return_value = record
+    return ret

@@ -23,13 +23,14 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import OverrideType
-from hydra.core.utils import JobReturn, JobStatus
+from hydra.core.utils import JobReturn
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf, open_dict
 from rich.markup import escape
 
 from plasticity.compat import basic_sweeper
 from plasticity.console import console, results_table
+from plasticity.launcher import InProcess, completed
 from plasticity.prelaunch import Job, check_all, dry_run, print_plan, stop_on_problems, submission_split, split_line
 from plasticity.runs.io import write_json_atomic
 
@@ -45,8 +46,6 @@ class PlanSweeper(Sweeper):
 
         self.hydra_context, self.config = hydra_context, config
         if config.hydra.runtime.choices.get("hydra/launcher") == "basic":  # the planned configs run here as they are
-            from plasticity.launcher import InProcess
-
             self.launcher = InProcess(hydra_context, config)
         else:  # an experiment's parallel (joblib), or slurm | local (plasticity.launcher.Submits)
             self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
@@ -131,14 +130,6 @@ def varying_keys(lists: list[list[str]]) -> list[str]:
     """The override keys whose value is not the same in every job."""
     shared = {o for o in lists[0] if all(o in job for job in lists)}
     return sorted({o.split("=", 1)[0] for job in lists for o in job if o not in shared})
-
-
-def completed(job: Job, record: dict[str, Any]) -> JobReturn:
-    """A completed JobReturn holding ``record``, for a job that did not return one itself."""
-    ret = JobReturn(overrides=list(job.overrides), cfg=job.cfg, working_dir=str(job.run_dir),
-                    status=JobStatus.COMPLETED)
-    ret.return_value = record
-    return ret
 
 
 def record_of(ret: JobReturn, job: Job) -> dict[str, Any]:
