@@ -171,11 +171,9 @@ def collect(sweep_dir: str | Path, probes: bool = True) -> Sweep:
     sweep = Sweep(Path(sweep_dir))
     sweep.probe_dir = probe_dir(sweep.root) if probes else None
     _read(sweep, sweep.root, ("finetune", PROBE_TASK, "plasticity", PRETRAIN_TASK))
-    if sweep.probe_dir is not None:
-        _read(sweep, sweep.probe_dir, (PROBE_TASK,))
-    pretrain = pretrain_dir(sweep.root)
-    if pretrain is not None:
-        _read(sweep, pretrain, (PRETRAIN_TASK,))
+    for root, tasks in ((sweep.probe_dir, (PROBE_TASK,)), (pretrain_dir(sweep.root), (PRETRAIN_TASK,))):
+        if root is not None:
+            _read(sweep, root, tasks)
     return sweep
 
 
@@ -306,9 +304,8 @@ def analysis_plasticity(analysis: list[tuple[Path, dict]], problems: list[Proble
     records (pooled over them) of one mode: the paper's ``embedding`` mode where a target has it, else
     ``layer`` (the two modes measure different functions and are never averaged together); corrupt
     files go to ``problems``."""
-    targets = sorted({r["dataset"] for _, r in analysis})
     out = {}
-    for target in targets:
+    for target in sorted({r["dataset"] for _, r in analysis}):
         runs = [(d, r) for d, r in analysis if r["dataset"] == target]
         modes = {r.get("mode", "embedding") for _, r in runs}
         mode = "embedding" if "embedding" in modes else sorted(modes)[0]

@@ -308,7 +308,6 @@ def _relative_gain(rows: list[dict], out: Path) -> list[str]:
         return []
     write_csv_atomic(out / "relative_gain.csv", gains, ("dataset", "group", "baseline", "gain_pct"))
     figures.plot_relative_gain(gains, out / "relative_gain.png")
-    avg = [g for g in gains if g["dataset"] == AVERAGE]
     baseline = gains[0]["baseline"]
     lacking = sorted({r["dataset"] for r in rows if r["dataset"] != AVERAGE}
                      - {r["dataset"] for r in rows if r["group"] == baseline})
@@ -316,7 +315,7 @@ def _relative_gain(rows: list[dict], out: Path) -> list[str]:
     if lacking:
         text += f"\nNo {baseline} records, hence no gain, for: {', '.join(lacking)}.\n"
     labels = {r["group"]: r["label"] for r in rows}
-    avg = [{**g, "label": labels.get(g["group"], g["group"])} for g in avg]
+    avg = [{**g, "label": labels.get(g["group"], g["group"])} for g in gains if g["dataset"] == AVERAGE]
     return [text + "\n" + rows_md(avg, ["group", "label", "gain_pct"]) + "\n![relative gain](relative_gain.png)\n"]
 
 

@@ -96,7 +96,8 @@ def build_workspace(project: str, entity: str | None, name: str, dataset: str | 
 
     groups = tuple(groups)
     return ws.Workspace(
-        name=name, entity=entity or "", project=project, sections=_sections(groups),
+        name=name, entity=entity or "", project=project,
+        sections=[ws.Section(name=title, panels=make(groups), is_open=True) for title, make in SECTIONS],
         settings=ws.WorkspaceSettings(x_axis=STEP_METRIC, max_runs=100, group_by_prefix="first"),
         runset_settings=ws.RunsetSettings(
             filters=_filters(dataset, model, group, job_type), groupby=[ws.Config(GROUP_BY)],
@@ -110,12 +111,6 @@ def _filters(dataset: str | None, model: str | None, group: str | None, job_type
     wanted = [(ws.Config("dataset.value.name"), dataset), (ws.Config("model.value.name"), model),
               (ws.Metric("Group"), group), (ws.Metric("JobType"), job_type)]
     return [key == value for key, value in wanted if value not in (None, "")]  # unset: no filter
-
-
-def _sections(groups: tuple[str, ...]) -> list:
-    import wandb_workspaces.workspaces as ws
-
-    return [ws.Section(name=name, panels=make(groups), is_open=True) for name, make in SECTIONS]
 
 
 def _grouped(**kwargs: Any) -> dict[str, Any]:

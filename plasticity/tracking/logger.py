@@ -147,9 +147,8 @@ def log_analysis(cfg: DictConfig, identity: dict[str, Any], run_dir: str | Path,
 
     tags = [str(identity.get("task")), *(f"{k}={identity[k]}" for k in ("reference", "mode") if k in identity)]
     run = open_run(cfg, identity, run_dir, tags=tags)
-    payload: dict[str, Any] = {name: table(rows) for name, rows in tables.items() if rows}
-    payload.update({f"figures/{name}": wandb.Image(str(path)) for name, path in images.items() if Path(path).is_file()})
-    run.log(payload)
+    run.log({name: table(rows) for name, rows in tables.items() if rows}
+            | {f"figures/{name}": wandb.Image(str(path)) for name, path in images.items() if Path(path).is_file()})
     if summary:
         run.summary.update(summary)
 
@@ -184,6 +183,5 @@ def finish(record: dict[str, Any], cfg: DictConfig | None = None) -> None:
         wandb = sys.modules["wandb"]
     if run is None:
         return
-    fields = {k: record[k] for k in (*SUMMARY_KEYS, "config_hash", "error") if record.get(k) is not None}
-    run.summary.update(fields)
+    run.summary.update({k: record[k] for k in (*SUMMARY_KEYS, "config_hash", "error") if record.get(k) is not None})
     wandb.finish(exit_code=1 if failed else 0)
