@@ -47,9 +47,6 @@ class Problems:
     def __init__(self) -> None:
         self.items: list[str] = []
 
-    def __bool__(self) -> bool:
-        return bool(self.items)
-
     def add(self, *messages: str) -> None:
         """Adds each message not already there."""
         for message in messages:

@@ -15,6 +15,7 @@ Example:
 """
 
 import builtins
+import collections
 import copy
 import dataclasses
 import functools
@@ -318,20 +319,16 @@ def name_of(node: Any) -> str | None:
 
 def check(tree: Mapping) -> list[str]:
     """Every problem of a job config (plain values, interpolations resolved) against the schema."""
-    problems: list[str] = []
     specs = {**fields_of(Root), **{key: (hint, {}) for key, hint in variants(tree).items()}}
     if specs["task"][0] is not Any and isinstance(tree["task"], dict):  # debug=text sets the steps for every task
         tree = {**tree, "task": {k: v for k, v in tree["task"].items() if k in fields_of(specs["task"][0])
                                  or not any(k in fields_of(t) for t in set(TASKS.values()))}}
-    walk({k: v for k, v in tree.items() if k != "hydra"}, specs, "", "the config", problems)
-    return problems
+    return walk({k: v for k, v in tree.items() if k != "hydra"}, specs, "", "the config", [])
 
 
 def check_node(schema: type, node: Mapping, key: str) -> list[str]:
     """Every problem of one node (a mapping of options at ``key``) against a schema dataclass."""
-    problems: list[str] = []
-    walk(node, fields_of(schema), key, key, problems)
-    return problems
+    return walk(node, fields_of(schema), key, key, [])
 
 
 # ----------------------------------------------------------------------------------- walker
@@ -360,7 +357,9 @@ def target_fields(target: str, overlay: type | None, kind: str | None = None) ->
     ours = fields_of(overlay) if overlay else {}
     # A subclass passing **kwargs to its parent (plasticity's WandbLogger) takes the parent's arguments too.
     for call in [k.__init__ for k in obj.__mro__ if "__init__" in vars(k)] if isinstance(obj, type) else [obj]:
-        hints = typing.get_type_hints(call, localns=_Unknown({**vars(builtins), **getattr(call, "__globals__", {})}))
+        # A name imported only for type checkers (TYPE_CHECKING) reads as Any.
+        names = collections.defaultdict(lambda: Any, {**vars(builtins), **getattr(call, "__globals__", {})})
+        hints = typing.get_type_hints(call, localns=names)
         params = list(inspect.signature(call).parameters.values())
         specs.update({p.name: ours.get(p.name, (hints.get(p.name, Any), {})) for p in params if p.name not in specs
                       and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and p.name not in ("self", "params")})
@@ -369,19 +368,12 @@ def target_fields(target: str, overlay: type | None, kind: str | None = None) ->
     return {**specs, **{k: v for k, v in ours.items() if k.startswith("_")}}, open_
 
 
-class _Unknown(dict):
-    """Names an annotation reads: a name imported only for type checkers (``TYPE_CHECKING``) reads as Any."""
-
-    def __missing__(self, key: str) -> Any:
-        return Any
-
-
 def walk(node: Any, specs: Mapping[str, Spec], key: str, owner: str, problems: list[str], noun: str = "option",
-         open_: bool = False) -> None:
-    """Checks each key of ``node`` against ``specs``: unknown keys, missing ones, each value."""
+         open_: bool = False) -> list[str]:
+    """Checks each key of ``node`` against ``specs`` (unknown keys, missing ones, each value); returns ``problems``."""
     if not isinstance(node, Mapping):
         problems.append(f"{key}={node!r} must be a mapping of options. Fix: {key}.<option>=<value>.")
-        return
+        return problems
     for name, value in node.items():
         path = f"{key}.{name}" if key else str(name)
         if name in specs:
@@ -392,6 +384,7 @@ def walk(node: Any, specs: Mapping[str, Spec], key: str, owner: str, problems: l
         if name not in node and not accepts(None, hint) and noun == "option":
             problems.append(f"{key + '.' if key else ''}{name} is missing. Fix: restore it (conf/ sets every option), "
                             f"or pick the config group option that has it.")
+    return problems
 
 
 def check_value(value: Any, hint: Any, rules: Mapping[str, Any], key: str, problems: list[str]) -> None:
@@ -523,8 +516,7 @@ def describe(hint: Any, rules: Mapping[str, Any]) -> str:
     """What a hint (with its rules) accepts, in words: ``a positive integer or null``."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in UNIONS:
-        parts = [describe(arm, rules) for arm in args if arm is not type(None)]
-        return " or ".join(parts + (["null"] if type(None) in args else []))
+        return " or ".join([describe(a, rules) for a in args if a is not type(None)] + ["null"] * (type(None) in args))
     if origin is Literal:
         return " or ".join(word(a) for a in args)
     if hint is bool:
@@ -551,10 +543,8 @@ def number_words(hint: type, rules: Mapping[str, Any]) -> str:
     low, high = (next(((op, rules[op]) for op in ops if op in rules), None) for ops in (("gt", "ge"), ("lt", "le")))
     if low and high:
         return f"a {noun} in {'(' if low[0] == 'gt' else '['}{low[1]:g}, {high[1]:g}{')' if high[0] == 'lt' else ']'}"
-    if low == ("gt", 0):
-        return f"a {'finite ' if hint is float else ''}positive {noun}"
-    if low == ("ge", 0):
-        return f"a non-negative {noun}"
+    if low in (("gt", 0), ("ge", 0)):
+        return f"a {'non-negative' if low[0] == 'ge' else 'finite positive' if hint is float else 'positive'} {noun}"
     if low or high:
         name, bound = low or high
         return f"a{'n' if hint is int else ''} {noun} {dict(ge='>=', gt='>', le='<=', lt='<')[name]} {bound:g}"
@@ -625,8 +615,7 @@ def check_run_path(raw: dict, values: dict, p: Problems) -> None:
     template = raw.get("run_name", "")
     for key in dict.fromkeys(_PATH_KEY.findall(str(template))):
         value = get(values, key)
-        if key in FOLDER_KEYS or not isinstance(value, (str, int, float)) or p.names(key):
-            continue
-        p.require("/" not in str(value) and str(value) not in (".", ".."),
-                  f"{key}={value!r} would add a folder to the run's path ({template}), which has one folder per "
-                  f"key. Fix: a value without '/'.")
+        if key not in FOLDER_KEYS and isinstance(value, (str, int, float)) and not p.names(key):
+            p.require("/" not in str(value) and str(value) not in (".", ".."),
+                      f"{key}={value!r} would add a folder to the run's path ({template}), which has one folder per "
+                      f"key. Fix: a value without '/'.")

@@ -201,16 +201,13 @@ def _unknown_dataset(name: str, key: str, choices) -> str:
 def check_callbacks(cfg: DictConfig, p: Problems) -> None:
     """Each ``callbacks.<name>`` is selected (an experiment may set options of one ``callbacks=none`` removed),
     and the plasticity callback's data is present: one error at launch, not a failed run in every job."""
-    for name, node in (cfg.callbacks or {}).items():
-        if node is None:
-            continue
-        chosen = cfg.get("hydra", {}).get("runtime", {}).get("choices", {}).get("callbacks", "none")
-        if not p.require(isinstance(node, DictConfig) and "_target_" in node,
-                         f"callbacks.{name} has options but no _target_: the {name} callback is not selected "
-                         f"(callbacks={chosen} replaced it). Fix: callbacks={name}, or drop the callbacks.{name}.* "
-                         f"overrides."):
-            continue
-        if node._target_ == PLASTICITY_CALLBACK:
+    chosen = cfg.get("hydra", {}).get("runtime", {}).get("choices", {}).get("callbacks", "none")
+    for name, node in (cfg.callbacks or {}).items():  # a null entry: one an override removed
+        if node is not None and p.require(
+                isinstance(node, DictConfig) and "_target_" in node,
+                f"callbacks.{name} has options but no _target_: the {name} callback is not selected (callbacks="
+                f"{chosen} replaced it). Fix: callbacks={name}, or drop the callbacks.{name}.* overrides.") \
+                and node._target_ == PLASTICITY_CALLBACK:
             check_plasticity_callback(cfg, p, f"callbacks.{name}", node)
 
 
