@@ -58,7 +58,8 @@ class PlanSweeper(Sweeper):
         extra = "hydra.sweeper.varying=[" + ",".join(f"'{key}'" for key in varying) + "]"
         jobs = check_all(self.plan(lists, extra), self.config)
         if self.config.sweep.dry_run:
-            dry_run(jobs, started, submitting=hasattr(self.launcher, "run_plan"))
+            submitting = hasattr(self.launcher, "run_plan") and not isinstance(self.launcher, InProcess)
+            dry_run(jobs, started, submitting=submitting)
             raise SystemExit(0)
         stop_on_problems(jobs, varying)
         print_plan(jobs, varying)
