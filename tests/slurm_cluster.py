@@ -229,7 +229,7 @@ class Cluster:
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",  # memory is not a consumable here
             "SchedulerParameters=sched_interval=1", "ReturnToService=2",
             "MinJobAge=600",  # finished jobs stay visible to squeue and scontrol
-            "KillWait=2",  # SIGTERM to SIGKILL (submitit ignores SIGTERM) on scancel and requeue
+            "KillWait=15",  # SIGTERM to SIGKILL on scancel and requeue: room for a loaded machine to record the stop
             f"StateSaveLocation={state}", f"SlurmdSpoolDir={self.root / 'spool'}",
             f"SlurmctldPidFile={self.root / 'slurmctld.pid'}", f"SlurmdPidFile={self.root / 'slurmd.pid'}",
             f"SlurmctldLogFile={self.root / 'slurmctld.log'}", f"SlurmdLogFile={self.root / 'slurmd.log'}",
