@@ -159,8 +159,7 @@ def _checked(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable[i
     """
     groups, blocks = _groups(groups), None if blocks is None else list(blocks)
     p = Problems()
-    for problem in check_adapter(groups, adapter) if adapter else ():  # the groups, then the numbers
-        p.add(problem)
+    p.add(*(check_adapter(groups, adapter) if adapter else ()))  # the groups, then the numbers
     if not adapter:
         check_lora_groups(groups, p)
     p.check(check_blocks, blocks, block_count(model))

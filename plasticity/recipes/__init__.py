@@ -103,8 +103,7 @@ def validate(cfg: DictConfig, local: bool = True) -> list[str]:
     values = resolved(cfg, raw, p)
     if values is None or not p.check(get, (values.get("task") or {}).get("name")):  # nothing more can be read
         return p.items
-    for problem in check(values):
-        p.add(problem)
+    p.add(*check(values))
     get(values["task"]["name"]).validate(cfg, p, local)
     check_run_path(raw, values, p)
     check_run_folder(cfg, raw, values, p)
