@@ -74,8 +74,7 @@ class PlasticityCallback(L.Callback):
                  window: int | None) -> None:
         options = {k: list(v) if isinstance(v, Sequence) and not isinstance(v, str) else v  # ListConfig: a list
                    for k, v in locals().items() if k != "self"}
-        problems = check_node(Options, options, type(self).__name__)
-        if problems:
+        if problems := check_node(Options, options, type(self).__name__):
             raise ConfigError(problems)
         self.reference, self.downstream, self.window = reference, downstream, window  # window: a text pair's tokens
         self.every_n_steps, self.n_pairs, self.batch_size = every_n_steps, n_pairs, batch_size
@@ -83,12 +82,9 @@ class PlasticityCallback(L.Callback):
         self.downstream_classes = None if downstream_classes is None else tuple(int(c) for c in downstream_classes)
         self.rows: list[dict] = []
         self.reference_spec: DataSpec | None = None
-        self.reference_prepared = False
         self.pair_indices: tuple[np.ndarray, np.ndarray] | None = None
         self.pairs: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.measure_s = 0.0
-        self._start = 0.0
-        self._last_step = -1
+        self.reference_prepared, self.measure_s, self._start, self._last_step = False, 0.0, 0.0, -1
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit" or self.pairs is not None:
@@ -106,8 +102,7 @@ class PlasticityCallback(L.Callback):
         ref, down = pair_inputs(splits.test, self.window), pair_inputs(down, self.window)
         self.pair_indices = ri, di = pair_indices(len(ref), len(down), self.n_pairs, "sequential")
         self.pairs = as_inputs(ref[ri]), as_inputs(down[di])
-        source = self.reference_spec.source
-        if source.kind == "files" and not self.reference_prepared:
+        if self.reference_spec.source.kind == "files" and not self.reference_prepared:
             log.warning("plasticity reference %s: decoding %d JPEG files (no prepared arrays for img_size %d under "
                         "%s). Run `python launch.py task=prepare dataset=%s` (with the same paths.prepared_dir) "
                         "to read them from arrays.", self.reference, len(np.unique(ri)), spec.img_size,
@@ -120,8 +115,7 @@ class PlasticityCallback(L.Callback):
     def _downstream(self, datamodule, spec: DataSpec, stage: str):
         """The downstream validation images: the run's own, or ``downstream``'s."""
         if self.downstream is None:
-            if datamodule.splits is None:
-                datamodule.setup(stage)
+            datamodule.setup(stage)  # loads the splits once
             return datamodule.splits.val
         classes = self.downstream_classes
         return load_splits(spec.replace(name=self.downstream, limit=None, classes=classes,
@@ -157,23 +151,21 @@ class PlasticityCallback(L.Callback):
 
     @torch.no_grad()
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._last_step = trainer.global_step
+        step = self._last_step = trainer.global_step
         started = time.perf_counter()
         net = pl_module.net
         was_training = net.training
         net.eval()
         rows = measure(net, self._batches(pl_module), self.mode, self.groups).summary()
         net.train(was_training)
-        metrics = {f"plasticity/{r['group']}/block_{r['block']}": r["mean"] for r in rows}
-        for group in self.groups:
-            metrics[f"plasticity/{group}"] = float(np.mean([r["mean"] for r in rows if r["group"] == group]))
+        metrics = {f"plasticity/{r['group']}/block_{r['block']}": r["mean"] for r in rows} | {
+            f"plasticity/{g}": float(np.mean([r["mean"] for r in rows if r["group"] == g])) for g in self.groups}
         if pl_module.device.type == "cuda":
             torch.cuda.synchronize()  # CUDA runs asynchronously: wait, so the cost counts the measurement's kernels
         self.measure_s += time.perf_counter() - started
         metrics["plasticity/cost"] = self.measure_s / max(time.perf_counter() - self._start, 1e-9)
         for logger in trainer.loggers:
-            logger.log_metrics(metrics, step=trainer.global_step)
-        step = trainer.global_step
+            logger.log_metrics(metrics, step=step)
         self.rows += [{"step": step, "group": r["group"], "block": r["block"], "mean": r["mean"]} for r in rows]
         self.rows += [{"step": step, "group": g, "block": "all", "mean": metrics[f"plasticity/{g}"]}
                       for g in self.groups]

@@ -66,32 +66,19 @@ class FinetuneModule(L.LightningModule):
             config never resumes the run).
     """
 
-    def __init__(
-        self,
-        net: nn.Module,
-        selection: Selection,
-        num_classes: int,
-        optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
-        max_steps: int,
-        warmup_steps: int,
-        train_transform: nn.Module,
-        eval_transform: nn.Module,
-        lr_scale: dict[str, float] | None = None,
-        config_hash: str | None = None,
-    ) -> None:
+    def __init__(self, net: nn.Module, selection: Selection, num_classes: int,
+                 optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer], max_steps: int,
+                 warmup_steps: int, train_transform: nn.Module, eval_transform: nn.Module,
+                 lr_scale: dict[str, float] | None = None, config_hash: str | None = None) -> None:
         super().__init__()
-        self.lr_scale = dict(lr_scale or {})
-        self.net = net
-        self.selection = selection
-        self.optimizer_factory = optimizer
+        self.lr_scale, self.config_hash = dict(lr_scale or {}), config_hash
+        self.net, self.selection, self.optimizer_factory = net, selection, optimizer
         self.max_steps, self.warmup_steps = max_steps, warmup_steps
         self.train_transform, self.eval_transform = train_transform, eval_transform
-        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc, self.test_acc = (MulticlassAccuracy(num_classes, average="micro") for _ in range(2))
         self.val_loss, self.test_loss = MeanMetric(), MeanMetric()  # batch-size weighted: the mean over every example
         self.strict_loading = False  # checkpoints omit frozen weights
         self._loss_sum, self._loss_count = torch.zeros(()), 0  # the losses since the last optimizer step
-        self.config_hash = config_hash
         self._rng_to_restore: dict | None = None  # a resumed run's generator states, set at on_train_start
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -118,9 +105,8 @@ class FinetuneModule(L.LightningModule):
             loss = self.trainer.strategy.reduce(loss, reduce_op="mean")
         if not torch.isfinite(loss):
             raise Diverged(f"training loss is {loss.item()} at step {self.global_step}")
-        metrics = {"train/loss": loss, "lr": optimizer.param_groups[0]["lr"]}
-        metrics.update(self.grad_norms())
-        self.log_dict(metrics, on_step=True, on_epoch=False, prog_bar=False)
+        self.log_dict({"train/loss": loss, "lr": optimizer.param_groups[0]["lr"], **self.grad_norms()}, on_step=True,
+                      on_epoch=False, prog_bar=False)
         self.log("loss", loss, on_step=True, on_epoch=False, prog_bar=True, logger=False)
 
     def grad_norms(self) -> dict[str, torch.Tensor]:
@@ -181,9 +167,8 @@ class FinetuneModule(L.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # Frozen weights are the pretrained model's, rebuilt at load: keep only what trains (see strict_loading).
         trainable = {f"net.{n}" for n in self.selection.trainable}
-        checkpoint["state_dict"] = {
-            k: v for k, v in checkpoint["state_dict"].items() if not k.startswith("net.") or k in trainable
-        }
+        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items()
+                                    if not k.startswith("net.") or k in trainable}
         # What the rest of the run draws (the augmentation's crops and flips, dropout): saved at the
         # checkpoint, where the uninterrupted run goes on drawing. Rank 0's state is every rank's: each
         # is seeded alike and draws the same number of values per micro-batch.
