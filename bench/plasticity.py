@@ -48,8 +48,7 @@ def host_copy(model: torch.nn.Module, images: torch.Tensor, stats: RunningStats)
     """Reference: every module output (and the tokens) copied to host memory, distances on the CPU."""
     tokens = embed_tokens(model, images)
     host_tokens = tokens.float().cpu()
-    rates = [pair_rates(apply_module(block, g, tokens).float().cpu(), host_tokens)
-             for g, b in stats.keys for block in [model.blocks[b]]]
+    rates = [pair_rates(apply_module(model, b, g, tokens).float().cpu(), host_tokens) for g, b in stats.keys]
     stats.update(torch.stack(rates))
 
 

@@ -66,7 +66,7 @@ def unit_params(model: "nn.Module") -> dict[tuple[str, int], int]:
     """Parameters of each (group, block) unit of the five groups."""
     counts: dict[tuple[str, int], int] = {}
     for name, param in model.named_parameters():
-        group, block = classify(name)
+        group, block = classify(name, len(model.blocks))
         if group in GROUPS and block is not None:
             counts[(group, block)] = counts.get((group, block), 0) + param.numel()
     return counts

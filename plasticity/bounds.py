@@ -31,7 +31,7 @@ from typing import Iterable
 import torch
 import torch.nn as nn
 
-from plasticity.components import GROUPS, MODULES
+from plasticity.components import GROUPS, group_module
 from plasticity.measure import embed_tokens
 
 
@@ -317,21 +317,23 @@ def _paper_values(ln1: nn.Module, heads: Heads, ln2: nn.Module, fc1: nn.Linear, 
             "fc1": {"prop2": fc_bound(fc1)}, "fc2": {"prop2": fc_bound(fc2)}}
 
 
-def _text_values(model: nn.Module, block: nn.Module, stats: TokenStats) -> dict[str, dict[str, float]]:
+def _text_values(model: nn.Module, i: int, stats: TokenStats) -> dict[str, dict[str, float]]:
     """The bounds of Sec. 4 that hold for a layer of a text model (:mod:`plasticity.text`).
 
-    BERT: Prop. 1 (its post-LN LayerNorms as functions), Prop. 2 (``intermediate.dense``,
+    BERT: Prop. 1 (its post-LN LayerNorms as functions, in the paper's roles: LN1 of layer i is
+    the norm closing layer i-1, LN2 ``attention.output.LayerNorm``), Prop. 2 (``intermediate.dense``,
     ``output.dense``), Prop. 3 (``attention.self`` + ``attention.output.dense`` as the paper's MHA,
     at the tokens' RMS and largest radius). Llama: Prop. 2 only (FC1: the stacked gate and up
     projections, one linear map; FC2: ``down_proj``); what is not bounded is :data:`NOT_COVERED`.
     """
+    block = model.blocks[i]
     if model.family == "bert":
         attention = block.attention
         layers = (attention.self.query, attention.self.key, attention.self.value)
         heads = _heads(*(_split_rows(p.weight, attention.self.num_attention_heads) for p in layers),
                        attention.output.dense)
-        return _paper_values(attention.output.LayerNorm, heads, block.output.LayerNorm, block.intermediate.dense,
-                             block.output.dense, stats)
+        return _paper_values(group_module(model, "ln1", i), heads, attention.output.LayerNorm,
+                             block.intermediate.dense, block.output.dense, stats)
     stacked = torch.cat([_f64(block.mlp.gate_proj.weight), _f64(block.mlp.up_proj.weight)])
     return {"fc1": {"prop2": spectral_norm(stacked).item()}, "fc2": {"prop2": fc_bound(block.mlp.down_proj)}}
 
@@ -351,13 +353,13 @@ def block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
     vit = getattr(model, "family", "vit") == "vit"
     alpha = patch_embed_norm(model) if vit else None
     rows = []
-    for i, block in enumerate(model.blocks):
+    for i in range(len(model.blocks)):
         if vit:
-            module = lambda group: block.get_submodule(MODULES[group])  # noqa: E731
+            module = lambda group: group_module(model, group, i)  # noqa: E731
             heads = attention_heads(module("mha"))
             values = _paper_values(module("ln1"), heads, module("ln2"), module("fc1"), module("fc2"), stats)
             values["mha"]["prop4"] = mha_bound_embedding(heads, stats.n, alpha, stats.energy)
         else:
-            values = _text_values(model, block, stats)
+            values = _text_values(model, i, stats)
         rows += [{"group": g, "block": i, "bound": b, "value": v} for g in GROUPS for b, v in values.get(g, {}).items()]
     return rows

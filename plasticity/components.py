@@ -10,16 +10,17 @@ Layer scale (``ls1``/``gamma_1``) multiplies the attention output and goes with 
 layer's input/output and go with ``fc2``. Both fused (``fc1``) and split SwiGLU (``fc1_g``,
 ``fc1_x``) first layers are ``fc1``.
 
-Language transformers (:mod:`plasticity.text`) have the same five groups. BERT (post-LN: each
-LayerNorm sits *after* its residual add): MHA = ``attention.self.{query,key,value}`` +
-``attention.output.dense``; LN1 = ``attention.output.LayerNorm``; FC1 = ``intermediate.dense``;
-FC2 = ``output.dense``; LN2 = ``output.LayerNorm``; ``emb`` = ``embeddings.*`` (its LayerNorm
-included). Llama (pre-RMSNorm, like the ViT): LN1 = ``input_layernorm``; MHA =
+Language transformers (:mod:`plasticity.text`) have the same five groups, defined by what each
+function feeds (the paper's roles): LN1 is the norm whose output enters the attention, LN2 the one whose
+output enters the feed-forward. Llama (pre-RMSNorm, like the ViT): LN1 = ``input_layernorm``; MHA =
 ``self_attn.{q,k,v,o}_proj``; LN2 = ``post_attention_layernorm``; FC1 = ``mlp.gate_proj`` +
 ``mlp.up_proj`` (SwiGLU's two first layers); FC2 = ``mlp.down_proj``; ``emb`` = ``embed_tokens``;
-``final_norm`` = ``norm``. So BERT's "LN1" normalises the residual stream after attention, the place
-of the ViT's LN2 in the next position of the stream: the names follow the role in the block
-(the norm that closes the attention sublayer), not the position.
+``final_norm`` = ``norm``. BERT is post-LN (each LayerNorm sits *after* its residual add), so a norm
+feeds the sublayer *after* it: MHA = ``attention.self.{query,key,value}`` + ``attention.output.dense``;
+LN2 = ``attention.output.LayerNorm`` (it feeds ``intermediate``); FC1 = ``intermediate.dense``; FC2 =
+``output.dense``; LN1 of layer i = ``output.LayerNorm`` of layer i-1 (it feeds layer i's attention), and
+of layer 0 the embeddings' LayerNorm; the last layer's ``output.LayerNorm`` feeds the head: the final
+norm. ``emb`` = the other ``embeddings.*``.
 
 This module owns the one definition of the groups (:data:`GROUP_TABLE`: names, labels, colours,
 the module of each family's block whose plasticity a group measures, the bound shown beside it); the config
@@ -52,7 +53,8 @@ class Group:
         bound: For the five block groups, the upper bound (paper Props. 1-3) shown beside its
             plasticity: ``prop1`` (LN), ``prop2`` (FC), ``prop3_rms`` (MHA); None otherwise.
         bert: The group's site in a BERT layer (:class:`Site` syntax: ``in>out`` when the function
-            runs from one module's input to another's output; ``a+b``: the two outputs side by side).
+            runs from one module's input to another's output; ``a+b``: the two outputs side by side;
+            ``<name``: ``name`` in the previous layer, the embeddings' norm for layer 0).
         llama: The group's site in a Llama decoder layer.
     """
 
@@ -66,9 +68,9 @@ class Group:
 
 
 GROUP_TABLE: tuple[Group, ...] = (
-    Group("ln1", "LN1", "tab:blue", "norm1", "prop1", "attention.output.LayerNorm", "input_layernorm"),
+    Group("ln1", "LN1", "tab:blue", "norm1", "prop1", "<output.LayerNorm", "input_layernorm"),
     Group("mha", "MHA", "tab:red", "attn", "prop3_rms", "attention.self>attention.output.dense", "self_attn"),
-    Group("ln2", "LN2", "tab:cyan", "norm2", "prop1", "output.LayerNorm", "post_attention_layernorm"),
+    Group("ln2", "LN2", "tab:cyan", "norm2", "prop1", "attention.output.LayerNorm", "post_attention_layernorm"),
     Group("fc1", "FC1", "tab:orange", "mlp.fc1", "prop2", "intermediate.dense", "mlp.gate_proj+mlp.up_proj"),
     Group("fc2", "FC2", "tab:green", "mlp.fc2", "prop2", "output.dense", "mlp.down_proj"),
     Group("emb", "embedding", "tab:brown"),
@@ -91,9 +93,6 @@ BASELINES: tuple[str, ...] = ("all", "head")
 
 TABLE_ORDER: tuple[str, ...] = GROUPS + BASELINES
 """Column order of the report's tables: the five groups, full finetuning, linear probing."""
-
-MODULES: dict[str, str] = {g.name: g.module for g in GROUP_TABLE if g.module is not None}
-"""Group -> the module of a timm block that the group's plasticity measures."""
 
 BOUND_OF: dict[str, str] = {g.name: g.bound for g in GROUP_TABLE if g.bound is not None}
 """Group -> the bound shown beside its plasticity (MHA: Prop. 3 at the RMS token radius)."""
@@ -144,6 +143,21 @@ def family_of(model: "nn.Module") -> str:
     return getattr(model, "family", "vit")
 
 
+def site_module(model: "nn.Module", block: int, path: str) -> "nn.Module":
+    """The module at a :class:`Site` path of block ``block``: ``<name`` is ``name`` in the previous block
+    (a post-LN norm closing block i-1 is what enters block i), for block 0 the embeddings' norm."""
+    if path.startswith("<"):
+        if block == 0:
+            return model.embedding_norm
+        block, path = block - 1, path[1:]
+    return model.blocks[block].get_submodule(path)
+
+
+def group_module(model: "nn.Module", group: str, block: int) -> "nn.Module":
+    """The module whose input is the input of ``group``'s function in block ``block`` (a norm, a linear map...)."""
+    return site_module(model, block, SITES[family_of(model)][group].input)
+
+
 LABELS: dict[str, str] = {g.name: g.label for g in GROUP_TABLE}
 COLORS: dict[str, str] = {g.name: g.color for g in GROUP_TABLE}
 
@@ -181,7 +195,7 @@ def color(name: str) -> str:
 _BLOCK = r"^blocks\.(?P<block>\d+)\."
 _BERT = r"^backbone\.encoder\.layer\.(?P<block>\d+)\."
 _LLAMA = r"^backbone\.layers\.(?P<block>\d+)\."
-RULES: tuple[tuple[str, str], ...] = (
+RULES: tuple[tuple[str, str] | tuple[str, str, int], ...] = (
     (r"^(patch_embed|cls_token|reg_token|pos_embed|norm_pre)(\.|$)", "emb"),
     (_BLOCK + r"norm1\.", "ln1"),
     (_BLOCK + r"(attn|ls1|gamma_1)(\.|$)", "mha"),
@@ -191,13 +205,14 @@ RULES: tuple[tuple[str, str], ...] = (
     (r"^(norm|fc_norm)\.", "final_norm"),
     (r"^(head|attn_pool)(\.|$)", "head"),
     # BERT / RoBERTa (plasticity.text: the backbone's own names under backbone.)
+    (r"^backbone\.embeddings\.LayerNorm\.", "ln1", 1),  # block 0's LN1: it feeds layer 0's attention
     (r"^backbone\.embeddings\.", "emb"),
     (_BERT + r"attention\.self\.", "mha"),
     (_BERT + r"attention\.output\.dense\.", "mha"),
-    (_BERT + r"attention\.output\.LayerNorm\.", "ln1"),
+    (_BERT + r"attention\.output\.LayerNorm\.", "ln2"),
     (_BERT + r"intermediate\.dense\.", "fc1"),
     (_BERT + r"output\.dense\.", "fc2"),
-    (_BERT + r"output\.LayerNorm\.", "ln2"),
+    (_BERT + r"output\.LayerNorm\.", "ln1", 1),  # LN1 of the next block (the last block's: the final norm)
     # Llama
     (r"^backbone\.embed_tokens\.", "emb"),
     (_LLAMA + r"input_layernorm\.", "ln1"),
@@ -207,28 +222,33 @@ RULES: tuple[tuple[str, str], ...] = (
     (_LLAMA + r"mlp\.down_proj\.", "fc2"),
     (r"^backbone\.norm\.", "final_norm"),
 )
-"""(regex over the parameter name, group) pairs; the first match classifies a parameter."""
+"""(regex over the parameter name, group[, block shift]); the first match classifies a parameter. A shift
+of 1 puts a post-LN norm in the block it feeds (block 0 when the name has no block: the embeddings' norm)."""
 
-_COMPILED = tuple((re.compile(pattern), group) for pattern, group in RULES)
+_COMPILED = tuple((re.compile(rule[0]), rule[1], rule[2] if len(rule) > 2 else None) for rule in RULES)
 
 
 class UnknownParameterError(ValueError):
     """A parameter that no rule in :data:`RULES` classifies."""
 
 
-def classify(name: str) -> tuple[str, int | None]:
+def classify(name: str, depth: int | None = None) -> tuple[str, int | None]:
     """Returns the group of a parameter and its block index (``None`` outside the blocks).
 
     Args:
         name: Parameter name as in ``model.named_parameters()``.
+        depth: The model's number of blocks: a norm shifted past the last block is the final norm.
 
     Raises:
         UnknownParameterError: if no rule matches.
     """
-    for pattern, group in _COMPILED:
+    for pattern, group, shift in _COMPILED:
         match = pattern.match(name)
         if match:
             block = match.groupdict().get("block")
+            if shift is not None:
+                block = shift + int(block or -1)  # no block: the embeddings' norm, block 0
+                return ("final_norm", None) if block == depth else (group, block)
             return group, None if block is None else int(block)
     raise UnknownParameterError(
         f"cannot classify parameter {name!r} into a component group ({', '.join(GROUPS)}, emb, "
@@ -288,8 +308,9 @@ def resolve(model: "nn.Module") -> dict[str, tuple[str, ...]]:
         UnknownParameterError: on the first parameter no rule classifies.
     """
     names: dict[str, list[str]] = {g: [] for g in GROUPS + ("emb", "final_norm", "head")}
+    depth = block_count(model)
     for name, _ in model.named_parameters():
-        names[classify(name)[0]].append(name)
+        names[classify(name, depth)[0]].append(name)
     return {group: tuple(members) for group, members in names.items()}
 
 
@@ -469,7 +490,8 @@ def select(model: "nn.Module", component: str, train_final_norm: bool = True, bl
     if component == AUTO:
         raise ValueError("component=auto is resolved by plasticity.auto.choose, not by select().")
     keep = set(blocks) | {None} if blocks else None  # None: outside the blocks (emb), kept whole
-    chosen = {g: tuple(n for n in groups[g] if keep is None or classify(n)[1] in keep) for g in parts}
+    chosen = {g: tuple(n for n in groups[g] if keep is None or classify(n, block_count(model))[1] in keep)
+              for g in parts}
     final = train_final_norm and component != "head"
     return selection_of(model, component, chosen, groups, final, single=len(parts) == 1 and not blocks)
 
@@ -480,7 +502,8 @@ def select_units(model: "nn.Module", units: Iterable[tuple[str, int | None]], tr
     groups = resolve(model)
     picked: dict[str, set[str]] = {}
     for group, block in units:
-        picked.setdefault(group, set()).update(n for n in groups[group] if block is None or classify(n)[1] == block)
+        picked.setdefault(group, set()).update(n for n in groups[group]
+                                               if block is None or classify(n, block_count(model))[1] == block)
     ordered = {g: tuple(n for n in groups[g] if n in picked[g]) for g in COMBINABLE if g in picked}
     return selection_of(model, component, ordered, groups, train_final_norm, single=False)
 
@@ -500,7 +523,7 @@ def selection_of(model: "nn.Module", component: str, chosen: dict[str, tuple[str
     """
     group = tuple(n for members in chosen.values() for n in members)
     trainable = set(group) | set(groups["head"]) | set(groups["final_norm"] if train_final_norm else ())
-    located = [(classify(n)[1], n) for n, _ in model.named_parameters() if n in trainable]  # (block, name)
+    located = [(classify(n, block_count(model))[1], n) for n, _ in model.named_parameters() if n in trainable]
     blocks = {b: tuple(n for at, n in located if at == b) for b in sorted({at for at, _ in located} - {None})}
     return Selection(component=component, group=group, head=groups["head"], final_norm=groups["final_norm"],
                      trainable=frozenset(trainable), blocks=blocks,

@@ -19,8 +19,9 @@ of one length (no padding inside a pair): the embedding-layer tokens are what en
 layer (BERT: word + position + type embeddings and the embedding LayerNorm; Llama: the token
 embeddings, its attention applied with the rotary positions 0..L-1 and the causal mask). Each group
 is its :data:`~plasticity.components.SITES` function: BERT's MHA runs from the self-attention's
-input to the output projection (its residual add and LayerNorm are LN1's); Llama's FC1 is the
-gate and up projections side by side.
+input to the output projection (its residual add and LayerNorm are LN2's: that norm feeds the
+feed-forward); BERT's LN1 of layer i is the norm closing layer i-1 (layer 0: the embeddings' norm);
+Llama's FC1 is the gate and up projections side by side.
 
 Everything runs on the model's device: x and y go through one forward as a batch of 2B, the
 per-pair norms are computed at once and folded into running statistics (Chan's parallel
@@ -40,7 +41,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from scipy import stats as scipy_stats
 
-from plasticity.components import GROUPS, SITES, Site, family_of
+from plasticity.components import GROUPS, SITES, Site, family_of, site_module
 
 MODES = ("embedding", "layer")
 PAIRINGS = ("sequential", "random")
@@ -83,7 +84,7 @@ def first(output):
     return output[0] if isinstance(output, tuple) else output
 
 
-def apply_module(block: nn.Module, group: str, tokens: torch.Tensor, family: str = "vit",
+def apply_module(model: nn.Module, block: int, group: str, tokens: torch.Tensor,
                  attention: dict | None = None) -> torch.Tensor:
     """Applies the group's function (its :class:`~plasticity.components.Site` in a ``family`` block)
     to embedding tokens (FC2: zero-padded to its width).
@@ -95,16 +96,16 @@ def apply_module(block: nn.Module, group: str, tokens: torch.Tensor, family: str
         attention: Keyword arguments of the attention module applied alone (Llama's rotary
             positions, :meth:`~plasticity.text.models.TextTransformer.attention_kwargs`).
     """
-    site = SITES[family][group]
-    module = block.get_submodule(site.input)
+    site = SITES[family_of(model)][group]
+    module = site_module(model, block, site.input)
     if group == "fc2" and type(module) is nn.Linear:  # FC2: the first d input columns of its weight
         return F.linear(tokens, module.weight[:, :tokens.shape[-1]], module.bias)
     if group == "fc2":
         return module(F.pad(tokens, (0, module.in_features - tokens.shape[-1])))
     if group == "mha":
         out = first(module(tokens, **(attention or {})))
-        return block.get_submodule(site.outputs[0])(out) if site.chained else out
-    return torch.cat([block.get_submodule(name)(tokens) for name in site.outputs], dim=-1)
+        return site_module(model, block, site.outputs[0])(out) if site.chained else out
+    return torch.cat([site_module(model, block, name)(tokens) for name in site.outputs], dim=-1)
 
 
 def pair_distances(batch: torch.Tensor) -> torch.Tensor:
@@ -302,10 +303,9 @@ def embedding_rates(model: nn.Module, images: torch.Tensor, groups: tuple[str, .
     """``(K, B)`` rates of every (group, block) on embedding tokens of a 2B batch (x first, y second)."""
     tokens = embed_tokens(model, images)
     den = pair_distances(tokens)  # every module's denominator: the token matrices' distance (App. C.4)
-    family = family_of(model)
-    attention = model.attention_kwargs(tokens) if family != "vit" else None
-    return torch.stack([_rates(pair_distances(apply_module(block, g, tokens, family, attention)), den)
-                        for g in groups for block in model.blocks])
+    attention = model.attention_kwargs(tokens) if family_of(model) != "vit" else None
+    return torch.stack([_rates(pair_distances(apply_module(model, i, g, tokens, attention)), den)
+                        for g in groups for i in range(len(model.blocks))])
 
 
 class LayerHooks:
@@ -322,11 +322,11 @@ class LayerHooks:
         self.rates, self.inputs, self.outputs = {}, {}, {}
         self.keys, self.handles, sites = stat_keys(model, groups), [], SITES[family_of(model)]
         for g, i in self.keys:
-            block, site = model.blocks[i], sites[g]
-            self.handles.append(block.get_submodule(site.input).register_forward_pre_hook(
+            site = sites[g]
+            self.handles.append(site_module(model, i, site.input).register_forward_pre_hook(
                 self._input_hook((g, i)), with_kwargs=True))
             for name in site.outputs:
-                self.handles.append(block.get_submodule(name).register_forward_hook(self._output_hook((g, i), site)))
+                self.handles.append(site_module(model, i, name).register_forward_hook(self._output_hook((g, i), site)))
 
     def _input_hook(self, key: tuple[str, int]) -> Callable:
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:

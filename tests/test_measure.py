@@ -51,7 +51,7 @@ def test_fc2_zero_padding_equals_the_first_d_input_columns(micro_vit):
     expected = tokens @ fc2.weight[:, :64].T + fc2.bias
     padded = fc2(torch.nn.functional.pad(tokens, (0, fc2.in_features - 64)))
     assert torch.allclose(padded, expected, atol=1e-5)
-    assert torch.allclose(apply_module(block, "fc2", tokens), padded, atol=1e-5)
+    assert torch.allclose(apply_module(micro_vit, 0, "fc2", tokens), padded, atol=1e-5)
 
 
 def test_streaming_statistics_equal_a_naive_stored_computation():

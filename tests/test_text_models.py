@@ -35,12 +35,12 @@ def test_bert_groups_count_by_hand():
     d, f, layers = 32, 64, 2
     assert counts == {
         "mha": layers * 4 * (d * d + d),          # query, key, value, attention.output.dense
-        "ln1": layers * 2 * d,                    # attention.output.LayerNorm
+        "ln1": layers * 2 * d,                    # embeddings.LayerNorm, layer 0's output.LayerNorm
         "fc1": layers * (d * f + f),              # intermediate.dense
         "fc2": layers * (f * d + d),              # output.dense
-        "ln2": layers * 2 * d,                    # output.LayerNorm
-        "emb": (120 + 64 + 2) * d + 2 * d,        # word, position, token-type embeddings + their LayerNorm
-        "final_norm": 0,                          # post-LN: no norm after the last layer
+        "ln2": layers * 2 * d,                    # attention.output.LayerNorm
+        "emb": (120 + 64 + 2) * d,                # word, position, token-type embeddings
+        "final_norm": 2 * d,                      # post-LN: the last layer's output.LayerNorm feeds the head
         "head": d * 3 + 3,
     }
 
@@ -66,7 +66,8 @@ def test_every_parameter_classified_and_freezing_trains_one_group(family):
         freeze(net, selection)
         net(windows()).sum().backward()
         with_grad = {n for n, p in net.named_parameters() if p.grad is not None and p.grad.abs().sum() > 0}
-        assert {classify(n)[0] for n in with_grad} <= {group, "head", "final_norm"}
+        trained = {classify(n, len(net.blocks))[0] for n in with_grad}
+        assert group in trained and trained <= {group, "head", "final_norm"}
         assert sum(p.numel() for p in net.parameters() if p.requires_grad) == selection.counts["total"]
         net.zero_grad(set_to_none=True)
 
@@ -114,15 +115,47 @@ def test_bert_embedding_mode_against_a_hand_computation():
         return layer.attention.output.dense((attn @ v).transpose(0, 1).reshape(8, 32))
 
     w2 = layer.output.dense
+    ln1 = net.blocks[0].output.LayerNorm  # post-LN: the norm closing layer 0 feeds layer 1's attention
     expected = {
-        "ln1": rate(layer.attention.output.LayerNorm(x), layer.attention.output.LayerNorm(y), x, y),
+        "ln1": rate(ln1(x), ln1(y), x, y),
         "mha": rate(mha(x), mha(y), x, y),
-        "ln2": rate(layer.output.LayerNorm(x), layer.output.LayerNorm(y), x, y),
+        "ln2": rate(layer.attention.output.LayerNorm(x), layer.attention.output.LayerNorm(y), x, y),
         "fc1": rate(x @ layer.intermediate.dense.weight.T, y @ layer.intermediate.dense.weight.T, x, y),
         "fc2": rate(F.pad(x, (0, 32)) @ w2.weight.T, F.pad(y, (0, 32)) @ w2.weight.T, x, y),
     }
     for group, value in expected.items():
         assert rates[keys.index((group, 1)), 0].item() == pytest.approx(value, rel=1e-5)
+    first = net.backbone.embeddings.LayerNorm  # layer 0's LN1
+    assert rates[keys.index(("ln1", 0)), 0].item() == pytest.approx(rate(first(x), first(y), x, y), rel=1e-5)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_each_norm_feeds_the_sublayer_of_its_role(family):
+    """Hooks on a real forward: LN1's output (block i) is what block i's attention reads, LN2's what its
+    feed-forward reads; in BERT LN1 is the previous layer's closing norm (layer 0: the embeddings' norm)."""
+    from plasticity.components import SITES, group_module
+
+    net = tiny(family, num_hidden_layers=3)
+    seen: dict[str, torch.Tensor] = {}
+    handles = []
+    for i in range(3):
+        for group, reader in (("ln1", SITES[family]["mha"].input), ("ln2", SITES[family]["fc1"].input)):
+            handles.append(group_module(net, group, i).register_forward_hook(
+                lambda m, a, k, out, key=(group, i): seen.__setitem__(key, out), with_kwargs=True))
+            handles.append(net.blocks[i].get_submodule(reader).register_forward_pre_hook(
+                lambda m, a, k, key=(group, i, "in"): seen.__setitem__(key, a[0] if a else k["hidden_states"]),
+                with_kwargs=True))
+    net(windows(2, 6))
+    for handle in handles:
+        handle.remove()
+    for i in range(3):
+        for group in ("ln1", "ln2"):
+            torch.testing.assert_close(seen[(group, i)], seen[(group, i, "in")])
+    if family == "bert":
+        assert group_module(net, "ln1", 0) is net.backbone.embeddings.LayerNorm
+        assert group_module(net, "ln1", 2) is net.blocks[1].output.LayerNorm
+        assert set(resolve(net)["final_norm"]) == {f"backbone.encoder.layer.2.output.LayerNorm.{p}"
+                                                   for p in ("weight", "bias")}
 
 
 def test_llama_embedding_mode_against_a_hand_computation():

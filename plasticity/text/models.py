@@ -87,6 +87,11 @@ class TextTransformer(nn.Module):
         """The backbone's layers (a property, so their parameters keep the backbone's names)."""
         return self.backbone.encoder.layer if self.family == "bert" else self.backbone.layers
 
+    @property
+    def embedding_norm(self) -> nn.Module:
+        """BERT's embeddings' LayerNorm: its output enters layer 0's attention (layer 0's LN1)."""
+        return self.backbone.embeddings.LayerNorm
+
     def reset_classifier(self, num_classes: int) -> None:
         self.head = nn.Linear(self.num_features, num_classes)
 
