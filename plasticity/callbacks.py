@@ -76,10 +76,9 @@ class PlasticityCallback(L.Callback):
                    for k, v in locals().items() if k != "self"}
         if problems := check_node(Options, options, type(self).__name__):
             raise ConfigError(problems)
-        self.reference, self.downstream, self.window = reference, downstream, window  # window: a text pair's tokens
-        self.every_n_steps, self.n_pairs, self.batch_size = every_n_steps, n_pairs, batch_size
-        self.mode, self.groups = mode, tuple(groups)
-        self.downstream_classes = None if downstream_classes is None else tuple(int(c) for c in downstream_classes)
+        # Each option an attribute of its name (window: a text pair's tokens), the sequences as tuples.
+        vars(self).update(options, groups=tuple(groups), downstream_classes=None if downstream_classes is None
+                          else tuple(int(c) for c in downstream_classes))
         self.rows: list[dict] = []
         self.reference_spec: DataSpec | None = None
         self.pair_indices: tuple[np.ndarray, np.ndarray] | None = None

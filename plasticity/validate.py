@@ -176,17 +176,10 @@ def weights_source(name: str) -> str:
 
 
 def _spec(cfg: DictConfig, name: str):
-    """The spec the data check reads (the input size does not matter to it), built once per values."""
-    parts = {k: OmegaConf.to_container(cfg[k], resolve=True) for k in ("dataset", "model")}
-    paths = {"data_dir": cfg.paths.data_dir, "prepared_dir": cfg.paths.prepared_dir}
-    return _spec_of(name, _frozen({"paths": paths, **parts}))
-
-
-@functools.lru_cache(maxsize=None)
-def _spec_of(name: str, parts: str):
+    """The spec the data check reads (the input size does not matter to it)."""
     from plasticity.data import DataSpec
 
-    return DataSpec.from_config(OmegaConf.create(json.loads(parts)), name=name, img_size=224)
+    return DataSpec.from_config(cfg, name=name, img_size=224)
 
 
 def _unknown_dataset(name: str, key: str, choices) -> str:
@@ -242,10 +235,9 @@ def refusals(problem: Callable[[str], str | None], args: dict, base: dict) -> di
 def check_trainer(cfg: DictConfig, p: Problems, local: bool) -> None:
     """The processes (:func:`check_distributed`) and the values by Lightning's rules: the Trainer is built. A GPU
     trainer without CUDA is named only when the job runs here (``local``; a SLURM launch checks it on the node)."""
-    trainer = cfg.trainer
     check_distributed(cfg, p)
     # deterministic and benchmark set torch's global flags when a Trainer is built: their hints check them.
-    args = {str(k): v for k, v in OmegaConf.to_container(trainer, resolve=True).items()
+    args = {str(k): v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items()
             if not str(k).startswith("_") and k not in TASK_OWNED_TRAINER and k not in ("deterministic", "benchmark")
             and not p.names(f"trainer.{k}")}
     if not local and args.get("accelerator") in ("gpu", "cuda"):
@@ -295,12 +287,11 @@ def world_size(trainer: Any) -> int | None:
 
 def check_distributed(cfg: DictConfig, p: Problems) -> None:
     """``trainer.devices``, and a launcher that can start a run's processes (Lightning's, or srun under SLURM)."""
-    trainer = cfg.trainer
-    devices, nodes = trainer.devices, trainer.num_nodes
+    devices, nodes = cfg.trainer.devices, cfg.trainer.num_nodes
     if not p.require(world_size({"devices": devices, "num_nodes": 1}) is not None,
                      f"trainer.devices={devices!r} must be a positive number of processes per node (one per device) "
                      f"or a list of device indices; the global batch is divided among them. Fix: e.g. "
-                     f"trainer.devices=2.") or p.names("trainer.num_nodes") or (world := world_size(trainer)) == 1:
+                     f"trainer.devices=2.") or p.names("trainer.num_nodes") or (world := world_size(cfg.trainer)) == 1:
         return
     mode, launcher = _launch_of(cfg)
     target = str(launcher.get("_target_", "")) if launcher is not None else ""

@@ -103,28 +103,18 @@ def _map(fn, items: list, workers: int):
         yield from pool.imap(fn, items, chunksize=16)
 
 
-def _decode_into(path: Path, items: list, side: int, train: bool, sizes: np.ndarray, workers: int) -> None:
-    """Decode ``items`` into a new ``.npy`` memory map at ``path`` (train: squashed, sizes filled)."""
-    images = np.lib.format.open_memmap(path, mode="w+", dtype=np.uint8, shape=(len(items), side, side, 3))
-    for i, out in enumerate(_map(_decode, items, workers)):
-        if train:
-            images[i], sizes[i] = out
-        else:
-            images[i] = out
-    images.flush()
-    del images
-
-
 def _write_split(files: FileSet, directory: Path, split: str, side: int, train: bool, workers: int) -> None:
     """Decode every file of one split into ``<split>.npy`` (+ labels, + sizes for train), atomically."""
-    n = len(files)
-    items = [(str(files.path(i)), side, train) for i in range(n)]
-    sizes = np.zeros((n, 2), dtype=np.int64)
+    n, sizes = len(files), np.zeros((len(files), 2), dtype=np.int64)
     if n == 0:  # the reference has no train/val split; a zero-row memory map cannot be created
         save_array(directory / f"{split}.npy", np.zeros((0, side, side, 3), dtype=np.uint8))
     else:
         with atomic_path(directory / f"{split}.npy") as tmp:
-            _decode_into(tmp, items, side, train, sizes, workers)
+            images = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(n, side, side, 3))
+            for i, out in enumerate(_map(_decode, [(str(files.path(i)), side, train) for i in range(n)], workers)):
+                images[i], sizes[i] = out if train else (out, 0)  # train: squashed, with its original size
+            images.flush()
+            del images
     save_array(directory / f"{split}_labels.npy", np.asarray(files.labels, dtype=np.int64))
     if train:
         save_array(directory / "train_sizes.npy", sizes)

@@ -135,8 +135,8 @@ class Source:
             (raw texts, tokenised by the model's tokenizer; see :func:`modality`).
         reference_only: True for the plasticity reference (no train split).
         requires: The files (folders: ending in ``/``) that must exist inside ``folder``, in the order checked.
-        torchvision: The torchvision dataset class that downloads the files and the arguments of each of
-            its calls; None: no automatic download.
+        torchvision: The torchvision dataset class whose ``download=True`` fetches every file (each
+            split's, whatever split it is built for); None: no automatic download.
     """
 
     name: str
@@ -147,7 +147,7 @@ class Source:
     kind = "files"
     reference_only = False
     requires: tuple[str, ...] = ()
-    torchvision: tuple[str, tuple[dict, ...]] | None = None
+    torchvision: str | None = None
 
     def path(self, data_dir: str | Path) -> Path:
         return Path(data_dir).resolve() / self.folder
@@ -182,9 +182,7 @@ class Source:
         import torchvision.datasets as tvd
 
         data_dir.mkdir(parents=True, exist_ok=True)
-        dataset, calls = self.torchvision
-        for kwargs in calls:
-            getattr(tvd, dataset)(root=str(data_dir), download=True, **kwargs)
+        getattr(tvd, self.torchvision)(root=str(data_dir), download=True)
 
     def read(self, data_dir: str | Path, severity: int = 5) -> dict[str, Part]:
         """The official parts (see the module docstring); raises DataError on a bad file."""
@@ -245,7 +243,7 @@ class FashionMNIST(Source):
     layout = f"the Fashion-MNIST idx files ({', '.join(_FMNIST_RAW)})"
     fetch = ("Get them with `make data` (installs the Debian package dataset-fashion-mnist and unpacks "
              "/usr/share/datasets/fashion-mnist), or pass dataset.download=true to let torchvision download them.")
-    torchvision = ("FashionMNIST", ({"train": True}, {"train": False}))
+    torchvision = "FashionMNIST"
 
     def _check(self, data_dir: Path) -> None:
         raw = self.path(data_dir)
@@ -418,7 +416,7 @@ class Cifar(Source):
         self.label_key = b"labels" if ten else b"fine_labels"
         self.requires = self.train_files + self.test_files
         self.layout = f"the python pickles {', '.join(self.requires)}"
-        self.torchvision = ("CIFAR10" if ten else "CIFAR100", ({},))
+        self.torchvision = f"CIFAR{num_classes}"
         self.fetch = ("Pass dataset.download=true to let torchvision download it, or fetch "
                       f"https://www.cs.toronto.edu/~kriz/cifar-{num_classes}-python.tar.gz and extract it into the "
                       "data directory (paths.data_dir).")
@@ -500,7 +498,7 @@ class Flowers102(Source):
              "imagelabels.mat and setid.mat from https://www.robots.ox.ac.uk/~vgg/data/flowers/102/ "
              "into <data_dir>/flowers-102.")
 
-    requires, torchvision = ("jpg/", "imagelabels.mat", "setid.mat"), ("Flowers102", ({},))
+    requires, torchvision = ("jpg/", "imagelabels.mat", "setid.mat"), "Flowers102"
 
     def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
         from scipy.io import loadmat
@@ -533,7 +531,7 @@ class Pets(Source):
              "annotations.tar.gz from https://www.robots.ox.ac.uk/~vgg/data/pets/ into <data_dir>/oxford-iiit-pet.")
 
     requires = ("images/", "annotations/trainval.txt", "annotations/test.txt")
-    torchvision = ("OxfordIIITPet", ({},))
+    torchvision = "OxfordIIITPet"
 
     def _part(self, data_dir: Path, split: str) -> FileSet:
         root = self.path(data_dir)
@@ -717,13 +715,6 @@ def _corrupted(clean: TextCorpus, corruption: str, severity: int, stamp: tuple) 
     return TextSet(corrupt_texts(texts.texts, clean.name, corruption, severity), texts.labels)
 
 
-def text_sources() -> tuple[TextCorpus, ...]:
-    """The text corpora and their corrupted versions (``text/<corpus>_c/<corruption>``)."""
-    clean = (RottenTomatoes(), BbcNews(), Debates())
-    corrupted = tuple(CorruptedText(c, k) for c in clean[:2] for k in TEXT_CORRUPTIONS)
-    return clean + corrupted
-
-
 # ----------------------------------------------------------------------------- registry
 
 _DOMAINNET_FETCH = ("Download {d}.zip from http://ai.bu.edu/M3SDA/ (DomainNet) and extract it into "
@@ -732,12 +723,13 @@ _IMAGENET_FETCH = ("Get ILSVRC2012_img_val.tar from https://image-net.org, extra
                    "<data_dir>/imagenet/val and sort the images into one folder per class (wnid), "
                    "e.g. with the valprep.sh script of the PyTorch ImageNet example.")
 
+CORPORA = (RottenTomatoes(), BbcNews(), Debates())  # the first two also corrupted: text/<corpus>_c/<corruption>
 DOMAINS = ("clipart", "sketch")  # the DomainNet domains read (domainnet/<domain>)
 SOURCES: dict[str, Source] = {s.name: s for s in (
     FashionMNIST(), *(FashionMNISTC(c) for c in CORRUPTIONS), Cifar(10), Cifar(100), *(CifarC(c) for c in CORRUPTIONS),
     *(ImageFolder(f"domainnet/{d}", f"domainnet/{d}", 345, _DOMAINNET_FETCH.format(d=d)) for d in DOMAINS),
     Flowers102(), Pets(), ImageFolder("imagenet", "imagenet/val", 1000, _IMAGENET_FETCH, split="test"),
-    *text_sources())}
+    *CORPORA, *(CorruptedText(c, k) for c in CORPORA[:2] for k in TEXT_CORRUPTIONS))}
 
 
 def source(name: str) -> Source:

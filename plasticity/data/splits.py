@@ -159,12 +159,11 @@ def apply_limit(train: ArraySet | FileSet | TokenSet, limit: int | None,
         return train
     if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
         raise ValueError(f"{key}={limit!r} must be a positive number of examples or null (all).")
-    if isinstance(train, ArraySet):
-        sizes = None if train.sizes is None else train.sizes[:limit]
-        return ArraySet(train.images[:limit], train.labels[:limit], sizes)
-    if isinstance(train, TokenSet):  # a view: the memory map stays one
-        return TokenSet(train.ids[:limit], train.labels[:limit])
-    return train.subset(np.arange(min(limit, len(train))))
+    if isinstance(train, FileSet):
+        return train.subset(np.arange(min(limit, len(train))))
+    # Each array sliced (an ArraySet's sizes may be None): views, so a memory map stays one.
+    fields = {f.name: getattr(train, f.name) for f in dataclasses.fields(train)}
+    return dataclasses.replace(train, **{k: v[:limit] for k, v in fields.items() if v is not None})
 
 
 def check_classes(name: str, classes, num_classes: int | None) -> list[str]:
@@ -202,8 +201,7 @@ def keep_classes(splits: Splits, classes: tuple[int, ...]) -> Splits:
 
     def subset(part: ArraySet | FileSet | TextSet | TokenSet) -> ArraySet | FileSet | TextSet | TokenSet:
         kept = part.subset(np.flatnonzero(np.isin(np.asarray(part.labels, dtype=np.int64), classes)))
-        new_labels = np.array([relabel[int(c)] for c in kept.labels], dtype=np.int64)
-        return dataclasses.replace(kept, labels=new_labels)
+        return dataclasses.replace(kept, labels=np.array([relabel[int(c)] for c in kept.labels], dtype=np.int64))
 
     digest = hashlib.sha256(f"{splits.split_hash}|classes={','.join(map(str, classes))}".encode()).hexdigest()[:12]
     return Splits(subset(splits.train), subset(splits.val), subset(splits.test), len(classes), digest,
