@@ -131,11 +131,9 @@ class FinetuneModule(L.LightningModule):
 
     def _eval_step(self, batch, stage: str, accuracy: MulticlassAccuracy, mean_loss: MeanMetric) -> None:
         images, labels = batch
-        logits = self(images)
-        loss = F.cross_entropy(logits, labels)
+        logits, batch_size = self(images), labels.shape[0]
         accuracy(logits, labels)
-        batch_size = labels.shape[0]
-        mean_loss.update(loss.detach(), weight=batch_size)
+        mean_loss.update(F.cross_entropy(logits, labels).detach(), weight=batch_size)
         self.log(f"{stage}/loss", mean_loss, on_step=False, on_epoch=True, batch_size=batch_size)
         self.log(f"{stage}/acc", accuracy, on_step=False, on_epoch=True, batch_size=batch_size, prog_bar=True)
 

@@ -124,18 +124,15 @@ class DataSpec:
                 bad ``max_length``.
             DataError: Files missing or corrupt; the message names the path and the fix.
         """
-        self._check_values()
+        check_text_spec(self)
+        check_severity(self.severity)
         self.source.check(self.data_dir, download=self.download)
 
     def ensure(self) -> None:
         """Download (if allowed) or generate whatever the dataset needs on disk (cheap if present), after
         the checks of :meth:`check`."""
-        self._check_values()
+        self.check()
         self.source.ensure(self.data_dir, download=self.download)
-
-    def _check_values(self) -> None:
-        check_text_spec(self)
-        check_severity(self.severity)
 
 
 def _scalar(value: Any) -> Any:
