@@ -60,6 +60,8 @@ class DeviceTransform(torch.nn.Module):
                 stored squashed to ``H x W`` (prepared train sets): crop boxes are then drawn in
                 the original coordinates and mapped onto the stored pixels.
         """
+        if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] not in (1, 3):
+            raise ValueError(f"expected uint8 (B, 1|3, H, W), got {images.dtype} {tuple(images.shape)}")
         x = images.float().div_(255.0)
         if sizes is not None:
             x = self._from_sizes(x, sizes.to(x.device).long())
