@@ -402,6 +402,10 @@ def generate_fashion_mnist_c(data_dir: str | Path, corruption: str, *, download:
 # ----------------------------------------------------------------------------- CIFAR-10/100
 
 
+_CIFAR = {10: ("cifar-10-batches-py", tuple(f"data_batch_{i}" for i in range(1, 6)), ("test_batch",), b"labels"),
+          100: ("cifar-100-python", ("train",), ("test",), b"fine_labels")}  # folder, train, test, label key
+
+
 class Cifar(Source):
     """CIFAR-10 / CIFAR-100 python pickles (torchvision's layout), official train/test split."""
 
@@ -409,11 +413,7 @@ class Cifar(Source):
 
     def __init__(self, num_classes: int) -> None:
         self.num_classes, self.name = num_classes, f"cifar{num_classes}"
-        ten = num_classes == 10
-        self.folder = "cifar-10-batches-py" if ten else "cifar-100-python"
-        self.train_files = tuple(f"data_batch_{i}" for i in range(1, 6)) if ten else ("train",)
-        self.test_files = ("test_batch",) if ten else ("test",)
-        self.label_key = b"labels" if ten else b"fine_labels"
+        self.folder, self.train_files, self.test_files, self.label_key = _CIFAR[num_classes]
         self.requires = self.train_files + self.test_files
         self.layout = f"the python pickles {', '.join(self.requires)}"
         self.torchvision = f"CIFAR{num_classes}"

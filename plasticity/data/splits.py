@@ -136,11 +136,10 @@ def official_splits(name: str, data_dir: str | Path, *, severity: int = 5, num_c
     expected = expected_classes(name, num_classes)
     parts = src.read(data_dir, severity)
     if "all" in parts:
-        whole = parts["all"]
-        trainval_idx, test_idx = split_indices(len(whole), 0.8, 42)
+        base = parts["all"]
+        trainval_idx, test_src = split_indices(len(base), 0.8, 42)
         tr, va = split_indices(len(trainval_idx), 0.8, 42)
-        base, train_idx, val_idx = whole, trainval_idx[tr], trainval_idx[va]
-        test, test_src = whole.subset(test_idx), test_idx
+        train_idx, val_idx, test = trainval_idx[tr], trainval_idx[va], base.subset(test_src)
     else:  # the official test split; the reference has no train part (its test split only, in order)
         test, base = parts["test"], parts.get("train", parts["test"])
         test_src = np.arange(len(test), dtype=np.int64)
