@@ -143,8 +143,7 @@ def sample_crops(batch: int, height: int | torch.Tensor, width: int | torch.Tens
     Returns:
         ``(top, left, crop_height, crop_width)``, int64 tensors of shape ``(batch,)``.
     """
-    height = torch.as_tensor(height, device=device).long().expand(batch)
-    width = torch.as_tensor(width, device=device).long().expand(batch)
+    height, width = (torch.as_tensor(side, device=device).long().expand(batch) for side in (height, width))
     area = (height * width).double()[:, None]
     target = area * torch.empty(batch, _ATTEMPTS, device=device).uniform_(scale[0], scale[1])
     aspect = torch.exp(torch.empty(batch, _ATTEMPTS, device=device).uniform_(math.log(ratio[0]), math.log(ratio[1])))

@@ -142,10 +142,8 @@ def prepare(name: str, data_dir: str | Path, prepared_dir: str | Path, img_size:
     start, decoded = time.perf_counter(), 0
     for split in SPLITS:
         files = getattr(splits, split)
-        marker = directory / f"{split}.json"
-        done = read_json(marker)
-        side = train_size if split == "train" else img_size
-        if done and done.get("split_hash") == splits.split_hash and done.get("side") == side:
+        marker, side = directory / f"{split}.json", train_size if split == "train" else img_size
+        if (done := read_json(marker)) and done.get("split_hash") == splits.split_hash and done.get("side") == side:
             log.info("%s %s: already prepared (%d images)", name, split, len(files))
             continue
         log.info("%s %s: decoding %d images at %d px with %d workers", name, split, len(files), side, workers)
