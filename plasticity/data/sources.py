@@ -239,11 +239,10 @@ def _read_idx(path: Path) -> np.ndarray:
 
 class FashionMNIST(Source):
     name, num_classes, kind = "fashion_mnist", 10, "arrays"
-    folder = "FashionMNIST/raw"
+    folder, torchvision = "FashionMNIST/raw", "FashionMNIST"
     layout = f"the Fashion-MNIST idx files ({', '.join(_FMNIST_RAW)})"
     fetch = ("Get them with `make data` (installs the Debian package dataset-fashion-mnist and unpacks "
              "/usr/share/datasets/fashion-mnist), or pass dataset.download=true to let torchvision download them.")
-    torchvision = "FashionMNIST"
 
     def _check(self, data_dir: Path) -> None:
         raw = self.path(data_dir)
@@ -528,8 +527,7 @@ class Pets(Source):
     fetch = ("Pass dataset.download=true to let torchvision download it, or fetch images.tar.gz and "
              "annotations.tar.gz from https://www.robots.ox.ac.uk/~vgg/data/pets/ into <data_dir>/oxford-iiit-pet.")
 
-    requires = ("images/", "annotations/trainval.txt", "annotations/test.txt")
-    torchvision = "OxfordIIITPet"
+    requires, torchvision = ("images/", "annotations/trainval.txt", "annotations/test.txt"), "OxfordIIITPet"
 
     def _part(self, data_dir: Path, split: str) -> FileSet:
         root = self.path(data_dir)
