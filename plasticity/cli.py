@@ -85,9 +85,9 @@ def _compose(overrides: list[str]):
 
     import plasticity
 
-    if GlobalHydra.instance().is_initialized():  # inside the launch (the sweeper, or after Hydra's error)
-        return compose("config", overrides=overrides)
-    with initialize_config_dir(config_dir=str(plasticity.CONF_DIR), version_base="1.3"):
+    # Inside the launch (the sweeper, or after Hydra's error) Hydra is initialised already.
+    with (contextlib.nullcontext() if GlobalHydra.instance().is_initialized() else
+          initialize_config_dir(config_dir=str(plasticity.CONF_DIR), version_base="1.3")):
         return compose("config", overrides=overrides)
 
 

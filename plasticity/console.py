@@ -14,20 +14,12 @@ from rich.table import Table
 from rich.tree import Tree
 
 ORDER = ("task", "dataset", "model", "component", "optimizer", "trainer", "logger", "paths")
+_PERCENT = lambda v: f"{100 * v:.2f}"  # noqa: E731
 # (column title, record key, formatter)
-COLUMNS = (
-    ("task", "task", str),
-    ("dataset", "dataset", str),
-    ("model", "model", str),
-    ("component", "component", str),
-    ("lr", "lr", lambda v: f"{v:g}"),
-    ("seed", "seed", str),
-    ("status", "status", str),
-    ("trainable params", "trainable_params", lambda v: f"{v:,}"),
-    ("best val acc %", "best_val_acc", lambda v: f"{100 * v:.2f}"),
-    ("test acc %", "test_acc", lambda v: f"{100 * v:.2f}"),
-    ("wall s", "wall_s", lambda v: f"{v:.0f}"),
-)
+COLUMNS = (*((key, key, str) for key in ("task", "dataset", "model", "component")), ("lr", "lr", lambda v: f"{v:g}"),
+           ("seed", "seed", str), ("status", "status", str), ("trainable params", "trainable_params", "{:,}".format),
+           ("best val acc %", "best_val_acc", _PERCENT), ("test acc %", "test_acc", _PERCENT),
+           ("wall s", "wall_s", "{:.0f}".format))
 _NUMERIC = {"lr", "seed", "trainable_params", "best_val_acc", "test_acc", "wall_s"}
 
 
@@ -97,13 +89,9 @@ def run_line(record: dict) -> str:
     status = record.get("status", "?")
     color = {"done": "green", "diverged": "yellow", "interrupted": "magenta", "failed": "red"}.get(status, "white")
     parts = [f"[bold {color}]{status}[/bold {color}]"]
-    for key, name in (("best_val_acc", "best val"), ("test_acc", "test")):
-        if isinstance(record.get(key), (int, float)):
-            parts.append(f"{name} {100 * record[key]:.2f}%")
-    if record.get("best_step") is not None:
-        parts.append(f"best step {record['best_step']}")
-    if record.get("wall_s") is not None:
-        parts.append(f"wall {record['wall_s']:.0f} s")
+    shown = (("best_val_acc", "best val {:.2%}"), ("test_acc", "test {:.2%}"), ("best_step", "best step {}"),
+             ("wall_s", "wall {:.0f} s"))
+    parts += [text.format(record[key]) for key, text in shown if isinstance(record.get(key), (int, float))]
     if status != "done" and record.get("error"):
         parts.append(str(record["error"]).splitlines()[0][:200])
     return parts[0] + "  " + escape("  ".join(parts[1:] + [str(record.get("run_dir", ""))]))

@@ -110,8 +110,7 @@ def remove_if_empty(run_dir: Path, stop: Path) -> None:
 def reject(problems: list[str], run_dir: Path, multirun: bool, identity: dict) -> dict[str, Any]:
     """Prints every problem; nothing is written, the empty job folder goes away."""
     print_problems(problems)
-    hydra_cfg = HydraConfig.get()
-    remove_if_empty(run_dir, Path(hydra_cfg.sweep.dir if multirun else Path.cwd()))
+    remove_if_empty(run_dir, Path(HydraConfig.get().sweep.dir if multirun else Path.cwd()))
     if not multirun:
         raise SystemExit(1)
     return {**identity, "run_dir": str(run_dir), "status": "rejected", "error": "; ".join(problems)}

@@ -132,9 +132,8 @@ def submission_split(jobs: list[Job]) -> tuple[list[Job], list[Job]]:
 
 def split_line(skipped: int, submitted: int, dry: bool = False) -> str:
     """The line printed before the launch (and by the dry run, in the conditional)."""
-    if dry:
-        return f"would skip {skipped} done runs, submit {submitted}"
-    return f"skipped {skipped} done runs, submitting {submitted}"
+    return (f"would skip {skipped} done runs, submit {submitted}" if dry
+            else f"skipped {skipped} done runs, submitting {submitted}")
 
 
 def print_plan(jobs: list[Job], varying: list[str]) -> None:
@@ -181,9 +180,8 @@ def dry_run(jobs: list[Job], started: float, submitting: bool = False) -> None:
     """
     from rich.table import Table
 
-    table = Table(title=f"dry run: {len(jobs)} jobs (nothing created, no model or data loaded)")
-    for column in ("job", "run dir", "status", "data", "weights", "other problems"):
-        table.add_column(column)
+    table = Table("job", "run dir", "status", "data", "weights", "other problems",
+                  title=f"dry run: {len(jobs)} jobs (nothing created, no model or data loaded)")
     counts: dict[str, int] = {}
     inputs: dict[str, None] = {}  # each missing input's message once, in first-seen order
     for job in jobs:

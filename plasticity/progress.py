@@ -57,13 +57,10 @@ class StepProgressBar(ProgressBar):
         else:
             self._console.print(self._text(trainer), highlight=False)
 
-    def _stop(self) -> None:
+    def on_train_end(self, *args) -> None:
+        """Stops the live bar (also after an exception, ``on_exception``): the terminal is the run's again."""
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
 
-    def on_train_end(self, trainer, pl_module) -> None:
-        self._stop()
-
-    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
-        self._stop()
+    on_exception = on_train_end

@@ -139,9 +139,8 @@ def record_of(ret: JobReturn, job: Job) -> dict[str, Any]:
         record = ret.return_value  # re-raises what the task function raised
     except Exception as err:
         record = err
-    if not isinstance(record, dict):  # should not happen: recorded all the same
-        record = {"status": "failed", "error": repr(record), "run_dir": str(job.run_dir)}
-    return record
+    failed = {"status": "failed", "error": repr(record), "run_dir": str(job.run_dir)}  # not a dict: should not happen
+    return record if isinstance(record, dict) else failed
 
 
 def summarize(sweep_dir: Path, records: list[dict[str, Any]]) -> None:

@@ -5,7 +5,7 @@ A task is ``conf/task/<name>.yaml`` (its defaults and ``run_name``, the run's pa
 those two files only. :func:`names` lists the tasks from the module names without importing them
 (so ``--help`` stays fast); :func:`get` imports one.
 
-Every recipe answers four questions (:class:`Recipe`):
+Every recipe answers four questions (:class:`plasticity.recipes.base.RecipeBase` holds the defaults):
 
 - ``validate(cfg, problems, local)``: add every problem of the config, before any compute;
 - ``identity(cfg)``: the fields that name the run in its record (task, dataset, model, ...);
@@ -23,36 +23,21 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig, OmegaConf
 
 from plasticity.validate import Problems, check_run_folder, check_run_path, resolved
 
-__all__ = ["REGISTRY", "Recipe", "get", "names", "register", "tree_sections", "validate"]
+if TYPE_CHECKING:
+    from plasticity.recipes.base import RecipeBase as Recipe
+
+__all__ = ["REGISTRY", "get", "names", "register", "tree_sections", "validate"]
 
 REGISTRY: dict[str, type[Recipe]] = {}
 """Task name -> recipe class, filled as recipe modules are imported."""
 
 _NOT_TASKS = ("base",)  # modules of this package that hold shared code, not a task
-
-
-class Recipe(Protocol):
-    """What every task implements (see the module docstring)."""
-
-    name: ClassVar[str]
-    sections: ClassVar[tuple[str, ...]]
-    always_run: ClassVar[bool]
-
-    def __init__(self, cfg: DictConfig, run_dir: Path, resume: str | None = None) -> None: ...
-
-    @classmethod
-    def validate(cls, cfg: DictConfig, problems: Any, local: bool = True) -> None: ...
-
-    @classmethod
-    def identity(cls, cfg: DictConfig) -> dict[str, Any]: ...
-
-    def run(self) -> dict[str, Any]: ...
 
 
 def register(cls: type) -> type:

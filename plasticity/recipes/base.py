@@ -20,7 +20,7 @@ __all__ = ["AnalysisRecipe", "RecipeBase"]
 
 
 class RecipeBase:
-    """Defaults of the :class:`plasticity.recipes.Recipe` protocol.
+    """What every recipe implements (the four questions of :mod:`plasticity.recipes`), with its defaults.
 
     Args:
         cfg: The composed job config.

@@ -27,31 +27,15 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 
 from plasticity.adapters import apply_lora, check_job_adapter, export_merged
-from plasticity.components import (
-    AUTO,
-    adapter_of,
-    blocks_of,
-    check_strategy,
-    parse_component,
-    strategy_of,
-    tag_of,
-)
+from plasticity.components import AUTO, adapter_of, blocks_of, check_strategy, parse_component, strategy_of, tag_of
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
 from plasticity.runs.checkpoints import (CHECKPOINT_DIR, LAST_CHECKPOINT, WEIGHTS_FILE, best_and_last,
                                          checkpoint_step, prepare_resume)
 from plasticity.runs.ranks import announce, is_rank_zero, num_nodes
 from plasticity.runs.record import config_hash, optimizer_name
-from plasticity.validate import (
-    Problems,
-    check_callbacks,
-    check_dataset,
-    check_dataset_values,
-    check_model,
-    check_optimizer,
-    check_trainer,
-    world_size,
-)
+from plasticity.validate import (Problems, check_callbacks, check_dataset, check_dataset_values, check_model,
+                                 check_optimizer, check_trainer, world_size)
 
 if TYPE_CHECKING:
     import lightning as L

@@ -74,11 +74,8 @@ def headline(out) -> None:
                       for r in average if targets.get(r["label"]) != n), highlight=False)
     claims = [r for r in read_csv(Path(out) / "claims.csv") if r.get("level") == "claim"]
     if claims:
-        table = Table(title="the paper's claims on this sweep (claims.csv)")
-        for column in ("claim", "verdict", "value", "p", "n"):
-            table.add_column(column)
+        table = Table("claim", "verdict", "value", "p", "n", title="the paper's claims on this sweep (claims.csv)")
+        number = lambda text: f"{float(text):.3g}" if text else "-"  # noqa: E731
         for r in claims:
-            value = f"{float(r['value']):.3g}" if r["value"] else "-"
-            p = f"{float(r['p_value']):.3g}" if r["p_value"] else "-"
-            table.add_row(r["claim"], verdict_text(r), value, p, r["n"] or "-")
+            table.add_row(r["claim"], verdict_text(r), number(r["value"]), number(r["p_value"]), r["n"] or "-")
         con.print(table)

@@ -6,24 +6,8 @@ record, written atomically), ``config.yaml`` (the resolved config), ``run.json``
 the recipe writes; a training run's checkpoints and metric files are :mod:`plasticity.runs.checkpoints`'.
 """
 
-from plasticity.runs.io import atomic_path, read_json, write_csv_atomic, write_json_atomic, write_text_atomic
-from plasticity.runs.lock import RunLock, lock_holder
-from plasticity.runs.record import (
-    CONFIG_FILE,
-    ERROR_FILE,
-    FINISHED,
-    RESULT_FILE,
-    STARTED_FILE,
-    config_diff,
-    config_hash,
-    find_results,
-    protocol,
-    read_result,
-    visible_files,
-)
+from plasticity.runs.io import write_json_atomic
+from plasticity.runs.lock import RunLock
+from plasticity.runs.record import CONFIG_FILE, ERROR_FILE, RESULT_FILE, STARTED_FILE, config_hash
 
-__all__ = [
-    "CONFIG_FILE", "ERROR_FILE", "FINISHED", "RESULT_FILE", "STARTED_FILE", "RunLock", "atomic_path", "config_diff",
-    "config_hash", "find_results", "lock_holder", "protocol", "read_json", "read_result", "write_csv_atomic",
-    "visible_files", "write_json_atomic", "write_text_atomic",
-]
+__all__ = ["CONFIG_FILE", "ERROR_FILE", "RESULT_FILE", "STARTED_FILE", "RunLock", "config_hash", "write_json_atomic"]

@@ -58,12 +58,11 @@ def best_and_last(run_dir: str | Path) -> tuple["ModelCheckpoint", "ModelCheckpo
     """
     from lightning.pytorch.callbacks import ModelCheckpoint
 
-    folder = Path(run_dir) / CHECKPOINT_DIR
-    best = ModelCheckpoint(dirpath=folder, filename=BEST_CHECKPOINT.removesuffix(".ckpt"), monitor="val/acc",
-                           mode="max", save_top_k=1, enable_version_counter=False, auto_insert_metric_name=False)
+    common = dict(dirpath=Path(run_dir) / CHECKPOINT_DIR, save_top_k=1, enable_version_counter=False,
+                  auto_insert_metric_name=False)
+    best = ModelCheckpoint(filename=BEST_CHECKPOINT.removesuffix(".ckpt"), monitor="val/acc", mode="max", **common)
     # monitor=None: saved at every validation end, the one file replaced each time.
-    last = ModelCheckpoint(dirpath=folder, filename=LAST_CHECKPOINT.removesuffix(".ckpt"), monitor=None,
-                           save_top_k=1, enable_version_counter=False, auto_insert_metric_name=False)
+    last = ModelCheckpoint(filename=LAST_CHECKPOINT.removesuffix(".ckpt"), monitor=None, **common)
     return best, last
 
 
@@ -87,9 +86,7 @@ def read_checkpoint(path: str | Path) -> dict:
 def metrics_files(run_dir: str | Path) -> list[Path]:
     """The run's metric files in the order they were written: ``metrics.part0.csv``,
     ``metrics.part1.csv``, ... (by number: part10 after part9), then ``metrics.csv``."""
-    run_dir = Path(run_dir)
-    parts = sorted(run_dir.glob(METRICS_PARTS), key=_part_number)
-    return [*parts, run_dir / METRICS_FILE]
+    return [*sorted(Path(run_dir).glob(METRICS_PARTS), key=_part_number), Path(run_dir) / METRICS_FILE]
 
 
 def _part_number(path: Path) -> int:

@@ -74,12 +74,6 @@ class RunLock:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> RunLock:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
 
 def lock_holder(run_dir: str | Path) -> dict | None:
     """Who holds the run directory's lock, or None when nobody does (creates nothing)."""

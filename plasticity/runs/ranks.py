@@ -113,17 +113,16 @@ def conclude(run_dir: str | Path, num_nodes: int = 1, timeout_s: float = WAIT_S)
     # What this process announced last (the recipe announces "run" just before Trainer.fit).
     if _announced.get("run_dir") != str(run_dir) or _announced.get("action") != "run":
         announce(run_dir, "stop", num_nodes=num_nodes)
-        if not _acknowledged(run_dir, _followers(num_nodes), timeout_s):
+        # Who reads the file: the other srun tasks, else the first process of each other node (the ranks
+        # Lightning starts there inherit its environment).
+        followers = slurm_tasks() - 1 if slurm_tasks() > 1 else num_nodes - 1
+        if not _acknowledged(run_dir, followers, timeout_s):
             log.warning("%s: ranks of launch %s did not read rank 0's decision within %.0f s; %s is left for them",
                         run_dir, _token(), timeout_s, DECISION_FILE)
             return
-    _remove_decision(run_dir)
-
-
-def _followers(num_nodes: int) -> int:
-    """How many processes read the decision file: the other srun tasks, else the first process of
-    each other node (the ranks Lightning starts there inherit its environment)."""
-    return slurm_tasks() - 1 if slurm_tasks() > 1 else num_nodes - 1
+    Path(run_dir, DECISION_FILE).unlink(missing_ok=True)
+    for ack in Path(run_dir).glob(ACK_FILE.format(rank="*")):
+        ack.unlink(missing_ok=True)
 
 
 def _acknowledged(run_dir: str | Path, followers: int, timeout_s: float) -> bool:
@@ -139,13 +138,6 @@ def _acknowledged(run_dir: str | Path, followers: int, timeout_s: float) -> bool
             return False
         time.sleep(0.2)
     return True
-
-
-def _remove_decision(run_dir: str | Path) -> None:
-    """Removes the decision file and every acknowledgement of it."""
-    Path(run_dir, DECISION_FILE).unlink(missing_ok=True)
-    for ack in Path(run_dir).glob(ACK_FILE.format(rank="*")):
-        ack.unlink(missing_ok=True)
 
 
 def await_decision(run_dir: str | Path, timeout_s: float = WAIT_S) -> dict[str, Any]:

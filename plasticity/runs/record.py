@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from plasticity.runs.io import read_json
 
 __all__ = ["CONFIG_FILE", "ERROR_FILE", "FINISHED", "RESULT_FILE", "STARTED_FILE", "config_diff", "config_hash",
-           "digest", "find_results", "flatten", "optimizer_name", "protocol", "read_result", "visible_files"]
+           "digest", "flatten", "optimizer_name", "protocol", "read_result", "visible_files"]
 
 RESULT_FILE = "result.json"
 CONFIG_FILE = "config.yaml"
@@ -102,10 +102,3 @@ def visible_files(root: str | Path, pattern: str) -> Iterator[Path]:
     for path in root.rglob(pattern):
         if not any(part.startswith(".") for part in path.relative_to(root).parts[:-1]):
             yield path
-
-
-def find_results(root: str | Path) -> list[tuple[Path, dict]]:
-    """Every readable (run directory, record) under ``root``, sorted by path, hidden folders skipped
-    (:func:`visible_files`)."""
-    records = ((path.parent, read_result(path.parent)) for path in sorted(visible_files(root, RESULT_FILE)))
-    return [(folder, record) for folder, record in records if record is not None]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +20,8 @@ from omegaconf import OmegaConf
 from plasticity.runs.checkpoints import CHECKPOINT_DIR, METRICS_FILE, METRICS_PARTS
 from plasticity.runs.lock import LOCK_FILE, lock_holder
 from plasticity.runs.stop import INTERRUPTED
-from plasticity.runs.record import (
-    CONFIG_FILE, ERROR_FILE, FINISHED, RESULT_FILE, STARTED_FILE, config_diff, digest, protocol, read_result,
-)
+from plasticity.runs.record import (CONFIG_FILE, ERROR_FILE, FINISHED, RESULT_FILE, STARTED_FILE, config_diff,
+                                   digest, protocol, read_result)
 
 __all__ = ["RunState", "archive_run", "clear_stale", "confirm", "conflict_message", "inspect_run", "stamp"]
 
@@ -61,21 +60,14 @@ def stamp(run_dir: Path) -> tuple:
     return tuple(found)
 
 
-def _old_protocol(run_dir: Path, sections: tuple[str, ...]) -> dict | None:
-    path = run_dir / CONFIG_FILE
-    if not path.is_file():
-        return None
-    try:
-        old = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    except Exception:  # an unreadable config is no evidence of a match
-        return {"<config.yaml unreadable>": str(path)}
-    return protocol(old, sections)
-
-
 def _diff(run_dir: Path, record: dict | None, new: dict, new_hash: str, sections: tuple[str, ...]) -> list:
-    old = _old_protocol(run_dir, sections)
-    if old is not None:
-        return config_diff(old, new)
+    path = run_dir / CONFIG_FILE
+    if path.is_file():
+        try:
+            old = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        except Exception:  # an unreadable config is no evidence of a match
+            return config_diff({"<config.yaml unreadable>": str(path)}, new)
+        return config_diff(protocol(old, sections), new)
     # No config.yaml (a record written by hand or by an older version): the record's hash is all there is.
     old_hash = (record or {}).get("config_hash")
     return [] if old_hash in (None, new_hash) else [("config_hash", old_hash, new_hash)]
@@ -90,11 +82,8 @@ def inspect_run(run_dir: str | Path, cfg: Any, sections: tuple[str, ...], locked
         sections: The config sections that define the run (the recipe's).
         locked: The caller holds the run's lock (so it is not ``running`` elsewhere).
     """
-    run_dir = Path(run_dir)
-    seen = stamp(run_dir)  # before reading: a file written meanwhile makes confirm() inspect again
-    state = _classify(run_dir, cfg, sections, locked)
-    state.stamp = seen
-    return state
+    seen = stamp(Path(run_dir))  # before reading: a file written meanwhile makes confirm() inspect again
+    return replace(_classify(Path(run_dir), cfg, sections, locked), stamp=seen)
 
 
 def confirm(planned: RunState | None, run_dir: Path, cfg: Any, sections: tuple[str, ...]) -> RunState:
@@ -165,9 +154,6 @@ def clear_stale(run_dir: str | Path) -> None:
     run_dir = Path(run_dir)
     for name in STALE:
         path = run_dir / name
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
     for part in run_dir.glob(METRICS_PARTS):
         part.unlink()

@@ -64,8 +64,11 @@ class WandbLogger(LightningWandbLogger):
     def experiment(self):  # noqa: D102 - Lightning's, plus the metric definitions once
         run = super().experiment
         if not self._defined and rank_zero_only.rank == 0 and hasattr(run, "define_metric"):
-            self._defined = True
-            define_metrics(run)
+            self._defined = True  # trainer/global_step: the x-axis of every metric family; the max of val/acc kept
+            run.define_metric(STEP_METRIC)
+            for family in STEPPED:
+                run.define_metric(family, step_metric=STEP_METRIC)
+            run.define_metric("val/acc", step_metric=STEP_METRIC, summary="max,last")
         return run
 
     @rank_zero_only
@@ -81,14 +84,6 @@ class WandbLogger(LightningWandbLogger):
         super().finalize(status)
         if self._osh_dir and run_started(self):
             trigger_sync(self._osh_dir)
-
-
-def define_metrics(run) -> None:
-    """``trainer/global_step`` as the x-axis of every metric family; the max of ``val/acc`` kept."""
-    run.define_metric(STEP_METRIC)
-    for family in STEPPED:
-        run.define_metric(family, step_metric=STEP_METRIC)
-    run.define_metric("val/acc", step_metric=STEP_METRIC, summary="max,last")
 
 
 def trigger_sync(osh_dir: str) -> None:
@@ -158,12 +153,9 @@ def table(rows: list[dict]):
     import wandb
 
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    return wandb.Table(columns=columns, data=[[_wandb_value(row.get(c)) for c in columns] for row in rows],
+    plain = lambda v: v if v is None or isinstance(v, (int, float, str, bool)) else str(v)  # noqa: E731
+    return wandb.Table(columns=columns, data=[[plain(row.get(c)) for c in columns] for row in rows],
                        allow_mixed_types=True)
-
-
-def _wandb_value(value: Any) -> Any:
-    return value if value is None or isinstance(value, (int, float, str, bool)) else str(value)
 
 
 def finish(record: dict[str, Any], cfg: DictConfig | None = None) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from plasticity.compat import run_file_records
+from plasticity.runs.record import visible_files
 
 __all__ = ["RunFile", "read_run", "run_files"]
 
@@ -99,6 +100,5 @@ def _unwrap_config(run: RunFile) -> RunFile:
 
 def run_files(root: str | Path) -> list[Path]:
     """Every run file under ``root`` in start order (hidden folders, e.g. replaced runs, skipped)."""
-    found = [p for p in Path(root).rglob("run-*.wandb")
-             if not any(part.startswith(".") for part in p.relative_to(root).parts[:-1])]
-    return sorted(found, key=lambda p: (p.parent.name.split("-")[-2], str(p)))  # <run|offline-run>-<start>-<id>
+    # the folder is <run|offline-run>-<start>-<id>
+    return sorted(visible_files(root, "run-*.wandb"), key=lambda p: (p.parent.name.split("-")[-2], str(p)))

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from plasticity.compat import RUN_FILE_HEADER
+from plasticity.runs.record import visible_files
 
 __all__ = ["main", "offline_runs", "sync_command"]
 
@@ -30,9 +31,7 @@ __all__ = ["main", "offline_runs", "sync_command"]
 def offline_runs(sweep_dir: str | Path, include_synced: bool = False) -> list[Path]:
     """The ``offline-run-*`` folders under ``sweep_dir`` in start order (hidden folders skipped;
     folders whose run file ``wandb sync`` marked ``.synced`` skipped unless ``include_synced``)."""
-    root = Path(sweep_dir)
-    found = [path for path in root.rglob("offline-run-*")
-             if path.is_dir() and not any(p.startswith(".") for p in path.relative_to(root).parts)
+    found = [path for path in visible_files(sweep_dir, "offline-run-*") if path.is_dir()
              and (include_synced or not any(path.glob("run-*.wandb.synced"))) and not _empty(path)]
     return sorted(found, key=lambda p: (p.name.split("-")[2], str(p)))  # offline-run-<start time>-<id>
 
