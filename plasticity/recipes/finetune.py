@@ -122,7 +122,8 @@ class Finetune(RecipeBase):
         best = checkpoint.best_model_path  # the paper's protocol: the test runs on the best validation's weights
         tested = trainer.test(module, datamodule=datamodule, ckpt_path=best, verbose=False)[0]
         return {"best_val_acc": float(checkpoint.best_model_score), "test_acc": float(tested["test/acc"]),
-                "test_loss": float(tested["test/loss"]), "best_step": int(checkpoint_step(best)),
+                "test_loss": float(tested["test/loss"]), "majority_acc": majority_share(datamodule.splits.test.labels),
+                "best_step": int(checkpoint_step(best)),
                 "steps": int(trainer.global_step), "trainable_params": selection.counts["group"],
                 "params": selection.counts, "split_hash": datamodule.split_hash, "train_s": round(train_s, 2),
                 "best_checkpoint": str(Path(best).relative_to(self.run_dir)), "resumed": resume is not None,
@@ -143,6 +144,13 @@ class Finetune(RecipeBase):
         last = self.run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT
         return {"step": int(self.trainer.global_step),
                 **({"checkpoint_step": checkpoint_step(last)} if last.is_file() else {})}
+
+
+def majority_share(labels) -> float:
+    """The test accuracy of always predicting the most common class: a run at it has learnt nothing."""
+    import numpy as np
+
+    return float(np.bincount(np.asarray(labels)).max() / max(len(labels), 1))
 
 
 # ---------------------------------------------------------------------- the steps, in fit's order

@@ -1,86 +1,89 @@
 """The paper's claims C1..C5 tested on a sweep: the rows of ``claims.csv`` and the Claims section of report.md.
 
 Each claim gets one ``level="claim"`` row holding its verdict, then ``level="detail"`` rows (per
-target, or per compared group) that it is built from. Columns (:data:`COLUMNS`): ``claim`` (the id
-C1..C5 and the claim's words), ``statistic`` (what ``value`` is), ``value``, ``p_value`` (empty when
-no test applies), ``n`` (the targets, groups or runs the statistic used, as the statistic says),
-``verdict`` (:data:`VERDICTS`), then ``level``, ``target`` (a target, or ``pooled``) and ``reason``
-(why a claim is not testable).
+target, per compared group, and the screening notes) it is built from. Columns (:data:`COLUMNS`):
+``claim``, ``statistic`` (what ``value`` is), ``value`` (the effect size), ``p_value``, ``n`` (the
+independent replicates: targets, or groups of one ranking), ``verdict`` (:data:`VERDICTS`),
+``ci_low``/``ci_high`` (the effect's 95% interval), ``mde`` (the smallest effect the design detects: see
+below), ``level`` (``claim``, ``detail`` or ``note``), ``target`` and ``reason``.
 
-Rules (alpha = :data:`ALPHA` = 0.05, every test two-sided):
+A verdict is ``supported`` when the test is significant (alpha = :data:`ALPHA`, two-sided) in the
+claimed direction, ``contradicted`` when it is significant against it, and ``inconclusive`` otherwise,
+with the reason: too few replicates for any test to reach alpha, or an effect below what the design
+detects. Replicates are independent: targets (each its own finetuning runs and P(f)), never the
+repeated values of one measurement; one ranking is tested by its own exact permutation distribution.
 
-- C1 (plasticity ranking MHA > FC1 > FC2 > LN2 > LN1): per target, Kendall tau-b between the
-  groups' P(f) and the paper's ranking (exact p, n = groups). Pooled: the mean of the per-target
-  taus, p of the two-sided exact Wilcoxon signed-rank test of those taus against 0 (n = targets).
-- C2 (higher plasticity, higher accuracy): per target, Spearman rho between the groups' P(f) and
-  their Table 6 accuracy (test accuracy at the learning rate chosen as the report chooses it,
-  on validation by default). Pooled as C1.
-- C4 (gradient norms follow plasticity): per target, Spearman rho between each group's mean
-  ``grad_norm/<group>`` (mean over the logged steps of each of its runs at the chosen learning
-  rate, then over those runs' seeds) and its P(f). Pooled as C1.
-- A directional statistic (the pooled coefficient of C1, C2, C4; the mean decrease from MHA of
-  "MHA better than G") is: supported when > 0 with p < alpha; not supported when <= 0, or > 0
-  without p < alpha over at least :data:`MIN_TARGETS` = 6 targets; not testable when > 0 over
-  fewer than 6 targets (the exact two-sided Wilcoxon test over n targets cannot go below 2 / 2**n,
-  0.0625 for n = 5) or undefined (a constant input). Per-target detail rows: supported when the
-  coefficient is > 0 with p < alpha (an exact Kendall p over 5 groups reaches 0.017 for a perfect
-  ranking, 0.083 with one swap).
-- C1, C2, C4 are not testable without P(f) (no ``task=plasticity`` record with ``plasticity.csv``
-  and no ``plasticity/<group>`` in the finetuning runs' metrics), without the statistic's inputs
-  (C4: no ``grad_norm/<group>``), or with fewer than 3 groups on every target.
-- C3 (MHA better than FC2, LN2, LN1, no worse than FC1): Table 1, the mean decrease from MHA to
-  each group over the targets both have and its two-sided exact Wilcoxon p (n = targets). "Better
-  than G": directional, as above. "No worse than FC1": supported unless the decrease is < 0 with
-  p < alpha; not testable with fewer than 6 targets (where it could never be refuted). The claim
-  is not supported when any part is not, else not testable when any part is, else supported.
-- C5 (MHA most robust to learning rate and seed): per group, the sample standard deviation of
-  the test accuracy (%) over every done run of the lr x seed grid of a target (Fig. 4 left), mean
-  over the targets; n = the group's runs. Supported when MHA's spread is the smallest of the five
-  groups (ties count for MHA); no test. Not testable without MHA and another group with two runs
-  on a target.
+- C1 (P(f) ranking MHA > FC1 > FC2 > LN2 > LN1): ONE ranking of the model, the groups' P(f) averaged
+  over targets; Kendall tau-b against the paper's order, p from the exact distribution over every
+  ordering of the groups (5! = 120); ``mde``: the smallest |tau| that can reach p < alpha (1.0 for 5
+  groups: only the paper's order or its reverse is decidable). CI: percentile bootstrap over targets.
+  Detail rows: each target's tau and exact p.
+- C2 (higher P(f), higher accuracy) and C4 (gradient norms follow P(f)): per target, Spearman rho over
+  the groups (exact permutation p); pooled: the mean rho over targets, its t interval, the exact
+  Wilcoxon signed-rank p against 0 (n targets), ``mde`` = (t_.975 + t_.80) x sd / sqrt(n) (80% power).
+- C3 (MHA better than FC2, LN2, LN1, no worse than FC1): per compared group, the mean decrease from MHA
+  (points, Table 6 accuracies) over targets, tested as C2. "No worse": contradicted when significantly
+  below, supported when the interval's low end is above -:data:`MARGIN` points, else inconclusive.
+  The claim: contradicted when a part is, supported when every part is, else inconclusive.
+- C5 (MHA most robust to learning rate and seed): per target and group, the sample std of the test
+  accuracy (%) over the lr x seed runs on the target's common grid; per other group, its spread minus
+  MHA's, tested as C3's parts; the claim combines the parts as C3.
 
+Groups are compared on one learning-rate grid: per target, only the learning rates every group ran
+(the others are left out of the claims, noted). A group whose chosen rate is at the grid's edge is
+noted (its best may lie outside). A target where every group stays within :data:`MAJORITY_SLACK` of
+the majority class (``majority_acc`` of the records) is left out of every claim, with the reason.
 P(f) of a target is the mean over blocks (and over its analysis runs) of ``plasticity.csv`` of its
-``task=plasticity`` records; without them, the mean over its finetuning runs (at the chosen
-learning rates) of the first logged ``plasticity/<group>`` value (the plasticity callback measures
-every group at step 0, before training).
+``task=plasticity`` records; without them, the first logged ``plasticity/<group>`` of its chosen runs.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 from scipy import stats
 
 from plasticity.components import GROUPS, label
-from plasticity.report.tables import AVERAGE, Cells, means_by, table1, wilcoxon_p
+from plasticity.report.tables import AVERAGE, Cells, means_by, wilcoxon_p
 from plasticity.runs.io import blank
 
 __all__ = ["ALPHA", "CLAIMS", "COLUMNS", "ClaimInputs", "PAPER_RANKING", "chosen_runs", "claim_inputs",
-           "evaluate_claims", "kendall_distance", "kendall_vs_paper", "verdict_text", "wilcoxon_exact"]
+           "evaluate_claims", "exact_rank_p", "kendall_distance", "kendall_vs_paper", "screen", "verdict_text",
+           "wilcoxon_exact"]
 
 ALPHA = 0.05
 """Significance level of every test: the paper's (Table 1 marks p < 0.05)."""
+POWER = 0.8
+"""The power at which ``mde`` is the smallest detectable effect."""
 MIN_TARGETS = 6
 """Fewest targets with which a two-sided exact Wilcoxon test can reach p < :data:`ALPHA` (2 / 2**6)."""
 MIN_GROUPS = 3
 """Fewest groups a per-target correlation needs: over 2 a rank correlation is always +1 or -1."""
+MARGIN = 1.0
+"""Points of accuracy within which "MHA no worse than FC1" holds (non-inferiority margin)."""
+MAJORITY_SLACK = 0.5
+"""Points above the majority class within which a group is "stuck at the majority class"."""
 PAPER_RANKING = ("mha", "fc1", "fc2", "ln2", "ln1")
 """The paper's plasticity ranking (Sec. 5.1), most plastic first."""
-SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not supported", "not testable"
-VERDICTS = (SUPPORTED, NOT_SUPPORTED, NOT_TESTABLE)
+SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
+VERDICTS = (SUPPORTED, CONTRADICTED, INCONCLUSIVE)
 CLAIMS = {"C1": "C1 plasticity ranking MHA > FC1 > FC2 > LN2 > LN1",
           "C2": "C2 higher plasticity gives higher finetuning accuracy",
           "C3": "C3 MHA is better than FC2, LN2, LN1 and no worse than FC1",
           "C4": "C4 gradient norms follow the plasticity ranking",
           "C5": "C5 MHA is the most robust to the learning rate and seed"}
 """Claim id -> the ``claim`` cell of its rows."""
-COLUMNS = ("claim", "statistic", "value", "p_value", "n", "verdict", "level", "target", "reason")
+COLUMNS = ("claim", "statistic", "value", "p_value", "n", "verdict", "ci_low", "ci_high", "mde", "level", "target",
+           "reason")
 POOLED = "pooled"
 NO_PLASTICITY = ("no plasticity measured: no task=plasticity record with plasticity.csv and no plasticity/<group> "
                  "in the finetuning runs' metrics.csv")
+NAN = float("nan")
 
 
 @dataclass
@@ -88,11 +91,12 @@ class ClaimInputs:
     """What the claims are computed from.
 
     Attributes:
-        rows: :func:`~plasticity.report.tables.table6` rows (accuracy at the chosen learning rate).
-        cells: Done records per (target, configuration, lr) (:func:`~plasticity.report.tables.done_cells`).
+        rows: :func:`~plasticity.report.tables.table6` rows of the screened cells (accuracy at the chosen lr).
+        cells: Done records per (target, configuration, lr) on each target's common grid (:func:`screen`).
         plasticity: Target -> group -> P(f).
         sources: Target -> where its P(f) came from (``task=plasticity`` or ``finetuning metrics step 0``).
         grad_norms: Target -> group -> mean gradient norm of its runs at the chosen learning rate.
+        notes: Screening notes (:func:`screen`): ``(target, reason)``.
     """
 
     rows: list[dict] = field(default_factory=list)
@@ -100,6 +104,7 @@ class ClaimInputs:
     plasticity: dict[str, dict[str, float]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     grad_norms: dict[str, dict[str, float]] = field(default_factory=dict)
+    notes: list[tuple[str, str]] = field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------- statistics
@@ -110,15 +115,45 @@ def paper_score(group: str) -> int:
     return len(PAPER_RANKING) - PAPER_RANKING.index(group)
 
 
+def _tau(x: list[float], y: list[float]) -> float:
+    return float(stats.kendalltau(x, y).statistic)
+
+
+def _rho(x: list[float], y: list[float]) -> float:
+    return float(stats.spearmanr(x, y).statistic)
+
+
+def exact_rank_p(x: list[float], y: list[float], statistic: Callable = _tau) -> float:
+    """Two-sided p of a rank correlation from its exact permutation distribution: the share of the
+    orderings of ``y`` whose |statistic| reaches the observed one (n! orderings; NaN for a constant input)."""
+    if len(set(x)) < 2 or len(set(y)) < 2:
+        return NAN
+    observed = abs(statistic(x, y))
+    values = [abs(statistic(x, list(order))) for order in itertools.permutations(y)]
+    return float(np.mean([v >= observed - 1e-12 for v in values]))
+
+
+@functools.lru_cache(maxsize=None)
+def decidable(n: int, statistic: Callable = _tau) -> float:
+    """The smallest |statistic| over ``n`` distinct items whose exact permutation p is below alpha."""
+    x = list(range(n))
+    found = sorted({round(abs(statistic(x, list(o))), 12) for o in itertools.permutations(x)})
+    return next((v for v in found if exact_rank_p(x, _with(x, v, statistic)) < ALPHA), NAN)
+
+
+def _with(x: list[int], value: float, statistic: Callable) -> list[int]:
+    """An ordering of ``x`` whose statistic against ``x`` has |value| (exists: ``value`` was observed)."""
+    return next(list(o) for o in itertools.permutations(x) if abs(abs(statistic(x, list(o))) - value) < 1e-9)
+
+
 def kendall_vs_paper(values: dict[str, float]) -> tuple[float, float, int]:
-    """Kendall tau-b (and its p) between ``values`` of the paper's groups and the paper's ranking,
-    and the number of groups used; NaNs with fewer than 2 groups."""
+    """Kendall tau-b between ``values`` of the paper's groups and the paper's ranking, its exact
+    permutation p, and the number of groups used; NaNs with fewer than 2 groups."""
     groups = [g for g in PAPER_RANKING if g in values]
     if len(groups) < 2:
-        return float("nan"), float("nan"), len(groups)
-    # tau-b (scipy's default) corrects for tied P(f); its p is exact for so few groups without ties
-    res = stats.kendalltau([values[g] for g in groups], [paper_score(g) for g in groups])
-    return float(res.statistic), float(res.pvalue), len(groups)
+        return NAN, NAN, len(groups)
+    x, y = [values[g] for g in groups], [paper_score(g) for g in groups]
+    return _tau(x, y), exact_rank_p(x, y), len(groups)
 
 
 def kendall_distance(values: dict[str, float]) -> int:
@@ -134,24 +169,34 @@ def ranking_text(values: dict[str, float]) -> str:
 
 
 def wilcoxon_exact(x: Iterable[float]) -> float:
-    """Two-sided exact Wilcoxon signed-rank p of ``x`` against 0 (zeros dropped; the normal
-    approximation beyond :data:`~plasticity.report.tables.EXACT_MAX_N` values); NaN when fewer than
+    """Two-sided exact Wilcoxon signed-rank p of ``x`` against 0 (zeros dropped); NaN when fewer than
     2 values or all are zero."""
     x = np.asarray(list(x), dtype=float)
-    # exact, not the normal approximation: a sweep has few targets (the paper 11), too few for it
     return wilcoxon_p(x, np.zeros_like(x))
 
 
-def spearman(x: list[float], y: list[float]) -> tuple[float, float]:
-    """Spearman rho and its p (NaN for a constant input)."""
-    if len(set(x)) < 2 or len(set(y)) < 2:  # rho is undefined (scipy would warn and return NaN)
-        return float("nan"), float("nan")
-    res = stats.spearmanr(x, y)
-    return float(res.statistic), float(res.pvalue)
+@dataclass(frozen=True)
+class Effect:
+    """A mean over independent replicates: its 95% t interval, exact Wilcoxon p against 0, n and the
+    smallest mean the design detects with :data:`POWER` at :data:`ALPHA` (from the replicates' sd)."""
 
+    mean: float
+    low: float
+    high: float
+    p: float
+    n: int
+    mde: float
 
-def _significant(value: float, p: float) -> bool:
-    return not math.isnan(value) and value > 0 and not math.isnan(p) and p < ALPHA
+    @classmethod
+    def of(cls, values: Iterable[float]) -> "Effect":
+        x = np.asarray([v for v in values if not math.isnan(v)], dtype=float)
+        n = len(x)
+        if n < 2:
+            return cls(float(x.mean()) if n else NAN, NAN, NAN, NAN, n, NAN)
+        sd, t = float(x.std(ddof=1)), float(stats.t.ppf(1 - ALPHA / 2, n - 1))
+        half = t * sd / math.sqrt(n)
+        mde = (t + float(stats.t.ppf(POWER, n - 1))) * sd / math.sqrt(n)
+        return cls(float(x.mean()), float(x.mean()) - half, float(x.mean()) + half, wilcoxon_exact(x), n, mde)
 
 
 def too_few_targets(n: int) -> str | None:
@@ -162,52 +207,43 @@ def too_few_targets(n: int) -> str | None:
     return f"{n} target(s): the exact Wilcoxon test needs >= {MIN_TARGETS} to reach p < {ALPHA}{floor}"
 
 
-def directional(value: float, p: float, n: int) -> tuple[str, str]:
-    """(verdict, reason) of a claim that ``value`` > 0, tested over ``n`` targets: supported when
-    > 0 with p < alpha; not supported when <= 0, or > 0 without significance over enough targets;
-    not testable when undefined, or > 0 over fewer than :data:`MIN_TARGETS` targets (no test there
-    could reach alpha)."""
-    if math.isnan(value):
-        return NOT_TESTABLE, "undefined (a constant input)"
-    if value <= 0:
-        return NOT_SUPPORTED, ""
-    reason = too_few_targets(n)
-    if reason:
-        return NOT_TESTABLE, reason
-    return (SUPPORTED if _significant(value, p) else NOT_SUPPORTED), ""
+def decide(effect: Effect) -> tuple[str, str]:
+    """(verdict, reason) of the claim that ``effect.mean`` > 0 (see the module docstring)."""
+    if math.isnan(effect.mean) or math.isnan(effect.p):
+        return INCONCLUSIVE, too_few_targets(effect.n) or "undefined (a constant input, or every difference zero)"
+    if effect.p < ALPHA:
+        return (SUPPORTED if effect.mean > 0 else CONTRADICTED), ""
+    reason = too_few_targets(effect.n)
+    return INCONCLUSIVE, reason or (f"p {effect.p:.2g} >= {ALPHA}: an effect of {effect.mean:.3g} where the design "
+                                    f"detects {effect.mde:.3g} ({POWER:.0%} power)")
+
+
+def combine(verdicts: list[str]) -> str:
+    """A claim of several parts: contradicted when one is, supported when all are, else inconclusive."""
+    return CONTRADICTED if CONTRADICTED in verdicts else SUPPORTED if set(verdicts) == {SUPPORTED} else INCONCLUSIVE
 
 
 # ------------------------------------------------------------------------------------- rows
 
 
 def row(cid: str, statistic: str, value: float | None = None, p: float | None = None, n: int | None = None,
-        verdict: str = NOT_TESTABLE, level: str = "detail", target: str = "", reason: str = "") -> dict:
-    """One row of ``claims.csv`` (NaN value or p become empty)."""
-    value, p = (None if blank(x) == "" else x for x in (value, p))
-    return {"claim": CLAIMS[cid], "statistic": statistic, "value": value, "p_value": p, "n": n,
-            "verdict": verdict, "level": level, "target": target, "reason": reason}
+        verdict: str = INCONCLUSIVE, level: str = "detail", target: str = "", reason: str = "",
+        ci: tuple[float, float] = (NAN, NAN), mde: float | None = None) -> dict:
+    """One row of ``claims.csv`` (NaN numbers become empty)."""
+    value, p, low, high, mde = (None if x is None or blank(x) == "" else x for x in (value, p, *ci, mde))
+    return {"claim": CLAIMS.get(cid, cid), "statistic": statistic, "value": value, "ci_low": low, "ci_high": high,
+            "p_value": p, "n": n, "mde": mde, "verdict": verdict, "level": level, "target": target, "reason": reason}
+
+
+def effect_row(cid: str, statistic: str, effect: Effect, verdict: str, reason: str, level: str = "detail",
+               target: str = "") -> dict:
+    return row(cid, statistic, effect.mean, effect.p, effect.n, verdict, level, target, reason,
+               (effect.low, effect.high), effect.mde)
 
 
 def untestable(cid: str, statistic: str, reason: str) -> list[dict]:
     """The claim's verdict row when it cannot be tested."""
     return [row(cid, statistic, level="claim", target=POOLED, reason=reason)]
-
-
-def pooled(cid: str, what: str, per_target: dict[str, float]) -> dict:
-    """The verdict row pooling per-target coefficients: their mean, the exact Wilcoxon p against 0."""
-    values = [v for v in per_target.values() if not math.isnan(v)]
-    statistic = f"mean over targets of the per-target {what}; p: two-sided exact Wilcoxon signed-rank vs 0"
-    n, mean = len(values), float(np.mean(values)) if values else float("nan")
-    p = wilcoxon_exact(values)
-    verdict, reason = directional(mean, p, n) if values else (NOT_TESTABLE, "no target with a defined coefficient")
-    return row(cid, statistic, mean, p, n, verdict, "claim", POOLED, reason)
-
-
-def per_target(cid: str, target: str, statistic: str, value: float, p: float, n: int) -> dict:
-    """A per-target detail row: supported when the coefficient is > 0 with p < alpha."""
-    if math.isnan(value):
-        return row(cid, statistic, value, p, n, NOT_TESTABLE, target=target, reason="a constant input")
-    return row(cid, statistic, value, p, n, SUPPORTED if _significant(value, p) else NOT_SUPPORTED, target=target)
 
 
 # ----------------------------------------------------------------------------------- claims
@@ -223,22 +259,39 @@ def accuracies(rows: list[dict]) -> dict[str, dict[str, float]]:
 
 
 def claim_c1(inputs: ClaimInputs) -> list[dict]:
-    """C1: Kendall tau of the measured P(f) against the paper's ranking, per target and pooled."""
-    what = "Kendall tau-b between P(f) and the paper's ranking"
+    """C1: one ranking (P(f) averaged over targets) against the paper's, by its exact permutation p."""
+    what = "Kendall tau-b between the groups' P(f) (mean over targets) and the paper's ranking"
     if not inputs.plasticity:
         return untestable("C1", what, NO_PLASTICITY)
-    found = {}
-    for target, plast in sorted(inputs.plasticity.items()):
-        values = {g: v for g, v in plast.items() if g in PAPER_RANKING}
-        if len(values) >= MIN_GROUPS:
-            statistic = (f"{what} over n groups (P(f) from {inputs.sources.get(target, '?')}; measured: "
-                         f"{ranking_text(values)})")
-            found[target] = (statistic, *kendall_vs_paper(values))
-    return _pooled_claim("C1", what, found, f"fewer than {MIN_GROUPS} groups with P(f) on every target")
+    targets = {t: {g: v for g, v in p.items() if g in PAPER_RANKING} for t, p in sorted(inputs.plasticity.items())}
+    targets = {t: p for t, p in targets.items() if len(p) >= MIN_GROUPS}
+    groups = sorted(set.intersection(*(set(p) for p in targets.values())), key=PAPER_RANKING.index) if targets else []
+    if len(groups) < MIN_GROUPS:
+        return untestable("C1", what, f"fewer than {MIN_GROUPS} groups with P(f) on every target")
+    mean = {g: float(np.mean([p[g] for p in targets.values()])) for g in groups}
+    tau, p, n = kendall_vs_paper(mean)
+    draws = np.random.default_rng(0).integers(0, len(targets), (1000, len(targets)))
+    values = list(targets.values())
+    boot = [kendall_vs_paper({g: np.mean([values[i][g] for i in d]) for g in groups})[0] for d in draws]
+    ci = tuple(np.nanpercentile(boot, [2.5, 97.5])) if len(targets) > 1 else (NAN, NAN)
+    need = decidable(n)
+    verdict = (SUPPORTED if tau > 0 else CONTRADICTED) if p < ALPHA else INCONCLUSIVE
+    reason = "" if p < ALPHA else (f"one ranking of {n} groups: only |tau| >= {need:.2g} reaches p < {ALPHA} (exact "
+                                   f"permutation over {math.factorial(n)} orderings)")
+    statistic = f"{what} over n groups (measured: {ranking_text(mean)}); CI: bootstrap over {len(targets)} targets"
+    head = row("C1", statistic, tau, p, n, verdict, "claim", POOLED, reason, ci, need)
+    details = []
+    for target, values in targets.items():
+        t_tau, t_p, t_n = kendall_vs_paper(values)
+        t_verdict = (SUPPORTED if t_tau > 0 else CONTRADICTED) if t_p < ALPHA else INCONCLUSIVE
+        details.append(row("C1", f"{what.replace(' (mean over targets)', '')} on this target (P(f) from "
+                                 f"{inputs.sources.get(target, '?')}; measured: {ranking_text(values)})",
+                           t_tau, t_p, t_n, t_verdict, target=target, mde=decidable(t_n)))
+    return [head] + details
 
 
 def claim_c2(inputs: ClaimInputs) -> list[dict]:
-    """C2: Spearman rho between P(f) and finetuning accuracy, per target and pooled."""
+    """C2: Spearman rho between P(f) and finetuning accuracy, per target and pooled over targets."""
     what = "Spearman rho between a group's P(f) and its test accuracy at the chosen lr"
     if not inputs.plasticity:
         return untestable("C2", what, NO_PLASTICITY)
@@ -247,7 +300,7 @@ def claim_c2(inputs: ClaimInputs) -> list[dict]:
 
 
 def claim_c4(inputs: ClaimInputs) -> list[dict]:
-    """C4: Spearman rho between mean gradient norm and P(f), per target and pooled."""
+    """C4: Spearman rho between mean gradient norm and P(f), per target and pooled over targets."""
     what = "Spearman rho between a group's mean grad_norm/<group> and its P(f)"
     if not inputs.plasticity:
         return untestable("C4", what, NO_PLASTICITY)
@@ -259,23 +312,25 @@ def claim_c4(inputs: ClaimInputs) -> list[dict]:
 
 def _correlations(cid: str, what: str, plasticity: dict[str, dict[str, float]], other: dict[str, dict[str, float]],
                   sources: dict[str, str], none: str) -> list[dict]:
-    """Per target with at least 3 groups in both: Spearman rho of P(f) against ``other``; pooled."""
-    found = {}
+    """Per target with at least 3 groups in both: Spearman rho of P(f) against ``other`` (exact p); pooled."""
+    details, rhos = [], []
     for target in sorted(set(plasticity) & set(other)):
         groups = [g for g in GROUPS if g in plasticity[target] and g in other[target]]
         if len(groups) >= MIN_GROUPS:
-            rho, p = spearman([plasticity[target][g] for g in groups], [other[target][g] for g in groups])
-            found[target] = (f"{what} over n groups (P(f) from {sources.get(target, '?')})", rho, p, len(groups))
-    return _pooled_claim(cid, what, found, f"{none} for at least {MIN_GROUPS} groups")
-
-
-def _pooled_claim(cid: str, what: str, found: dict[str, tuple[str, float, float, int]], none: str) -> list[dict]:
-    """The pooled verdict row, then a detail row per target of ``found`` (target -> statistic, coefficient,
-    p, n); not testable (``none`` says why) without a target."""
-    if not found:
-        return untestable(cid, what, none)
-    details = [per_target(cid, target, *values) for target, values in found.items()]
-    return [pooled(cid, what, {target: values[1] for target, values in found.items()})] + details
+            x, y = [plasticity[target][g] for g in groups], [other[target][g] for g in groups]
+            rho = _rho(x, y) if len(set(x)) > 1 and len(set(y)) > 1 else NAN
+            p = exact_rank_p(x, y, _rho)
+            rhos.append(rho)
+            verdict = (SUPPORTED if rho > 0 else CONTRADICTED) if p < ALPHA else INCONCLUSIVE
+            details.append(row(cid, f"{what} over n groups (P(f) from {sources.get(target, '?')}); p: exact "
+                                    f"permutation", rho, p, len(groups), verdict, target=target,
+                               reason="" if p < ALPHA else "a constant input" if math.isnan(rho) else ""))
+    if not details:
+        return untestable(cid, what, f"{none} for at least {MIN_GROUPS} groups")
+    effect = Effect.of(rhos)
+    statistic = (f"mean over targets of the per-target {what}; CI: t; p: two-sided exact Wilcoxon signed-rank vs 0 "
+                 f"over n targets")
+    return [effect_row(cid, statistic, effect, *decide(effect), level="claim", target=POOLED)] + details
 
 
 C3_PARTS = (("fc2", "better"), ("ln2", "better"), ("ln1", "better"), ("fc1", "no worse"))
@@ -283,33 +338,32 @@ C3_PARTS = (("fc2", "better"), ("ln2", "better"), ("ln1", "better"), ("fc1", "no
 
 
 def claim_c3(rows: list[dict]) -> list[dict]:
-    """C3: Table 1's mean decrease from MHA and its Wilcoxon p, one detail row per compared group."""
-    t1 = {r["group"]: r for r in table1(rows)}
-    parts = [_c3_part(group, relation, t1.get(group)) for group, relation in C3_PARTS]
-    verdicts = [p["verdict"] for p in parts]
-    verdict = NOT_SUPPORTED if NOT_SUPPORTED in verdicts else NOT_TESTABLE if NOT_TESTABLE in verdicts else SUPPORTED
-    reason = "; ".join(dict.fromkeys(p["reason"] for p in parts if p["reason"]))
+    """C3: per compared group, the mean decrease from MHA over targets (Table 6 accuracies), tested."""
+    acc = accuracies(rows)
+    parts = [_c3_part(group, relation, acc) for group, relation in C3_PARTS]
+    verdict = combine([p["verdict"] for p in parts])
+    reason = "; ".join(dict.fromkeys(p["reason"] for p in parts if p["reason"])) if verdict == INCONCLUSIVE else ""
+    statistic = (f"parts supported of 4 (MHA > FC2, LN2, LN1: mean decrease > 0 with p < {ALPHA}; MHA no worse than "
+                 f"FC1: not significantly below, interval above -{MARGIN:g} point)")
     n = max((p["n"] or 0 for p in parts), default=0)
-    statistic = ("parts supported of 4 (MHA > FC2, MHA > LN2, MHA > LN1: mean decrease > 0 with p < 0.05; "
-                 "MHA no worse than FC1: not significantly below)")
-    head = row("C3", statistic, float(verdicts.count(SUPPORTED)), None, n, verdict, "claim", POOLED,
-               reason if verdict == NOT_TESTABLE else "")
+    head = row("C3", statistic, float(sum(p["verdict"] == SUPPORTED for p in parts)), None, n, verdict, "claim",
+               POOLED, reason)
     return [head] + parts
 
 
-def _c3_part(group: str, relation: str, t1: dict | None) -> dict:
+def _c3_part(group: str, relation: str, acc: dict[str, dict[str, float]]) -> dict:
     statistic = (f"MHA {'better than' if relation == 'better' else 'no worse than'} {label(group)}: mean decrease "
-                 f"from MHA (points) over targets; p: two-sided exact Wilcoxon signed-rank")
-    if t1 is None:
+                 f"from MHA (points) over targets; CI: t; p: two-sided exact Wilcoxon signed-rank")
+    diffs = [a["mha"] - a[group] for a in acc.values() if "mha" in a and group in a]
+    if not diffs:
         return row("C3", statistic, target=f"vs {label(group)}", reason=f"no runs of MHA and {label(group)}")
-    value, p, n = t1["mean_decrease"], t1["p_value"], t1["n_datasets"]
-    if relation == "better":
-        verdict, reason = directional(value, p, n)
-    else:  # refuted only by a significant decrease below FC1, which needs enough targets to be possible
-        reason = too_few_targets(n) or ""
-        worse = value < 0 and not math.isnan(p) and p < ALPHA
-        verdict = NOT_TESTABLE if reason else NOT_SUPPORTED if worse else SUPPORTED
-    return row("C3", statistic, value, p, n, verdict, target=f"vs {label(group)}", reason=reason)
+    effect = Effect.of(diffs)
+    verdict, reason = decide(effect)
+    if relation == "no worse" and verdict != CONTRADICTED:  # "better" is not needed: not below by MARGIN is
+        verdict = SUPPORTED if not too_few_targets(effect.n) and effect.low > -MARGIN else INCONCLUSIVE
+        reason = "" if verdict == SUPPORTED else too_few_targets(effect.n) or (
+            f"the interval reaches {effect.low:.3g}, below -{MARGIN:g} point")
+    return effect_row("C3", statistic, effect, verdict, reason, target=f"vs {label(group)}")
 
 
 def spreads(cells: Cells) -> dict[str, dict[str, tuple[float, int]]]:
@@ -327,27 +381,87 @@ def spreads(cells: Cells) -> dict[str, dict[str, tuple[float, int]]]:
 
 
 def claim_c5(cells: Cells) -> list[dict]:
-    """C5: MHA has the smallest spread of test accuracy over the lr x seed grid (mean over targets);
-    one detail row per other group: its spread minus MHA's (> 0: MHA steadier)."""
-    what = "std of test accuracy (%) over the lr x seed grid, mean over targets"
+    """C5: per other group, its spread of test accuracy over the lr x seed grid minus MHA's (> 0: MHA
+    steadier), paired over targets and tested; the claim holds when MHA is steadier than each."""
+    what = "std of test accuracy (%) over the lr x seed grid"
     by = spreads(cells)
-    mean = {g: float(np.mean([s for s, _ in t.values()])) for g, t in by.items()}
-    n = {g: sum(k for _, k in t.values()) for g, t in by.items()}
-    if "mha" not in mean or len(mean) < 2:
+    if "mha" not in by or len(by) < 2:
         return untestable("C5", what, "needs MHA and another group with at least 2 runs (lr x seed) on a target")
-    smallest = min(mean, key=lambda g: (mean[g], g != "mha"))  # a tie goes to MHA
-    statistic = (f"MHA's {what} (n = MHA's runs); smallest of {len(mean)} groups: {label(smallest)} "
-                 f"({mean[smallest]:.3g})")
-    verdict = SUPPORTED if smallest == "mha" else NOT_SUPPORTED
-    details = [row("C5", f"{label(g)}'s {what} ({mean[g]:.3g}, n = its {n[g]} runs) minus MHA's ({mean['mha']:.3g})",
-                   mean[g] - mean["mha"], None, n[g], SUPPORTED if mean[g] >= mean["mha"] else NOT_SUPPORTED,
-                   target=f"vs {label(g)}") for g in GROUPS if g in mean and g != "mha"]
-    return [row("C5", statistic, mean["mha"], None, n["mha"], verdict, "claim", POOLED)] + details
+    parts = []
+    for g in (g for g in GROUPS if g in by and g != "mha"):
+        targets = sorted(set(by[g]) & set(by["mha"]))
+        effect = Effect.of([by[g][t][0] - by["mha"][t][0] for t in targets])
+        parts.append(effect_row("C5", f"{label(g)}'s {what} minus MHA's, mean over targets; CI: t; p: two-sided "
+                                      f"exact Wilcoxon signed-rank", effect, *decide(effect), target=f"vs {label(g)}"))
+    verdict = combine([p["verdict"] for p in parts])
+    reason = "; ".join(dict.fromkeys(p["reason"] for p in parts if p["reason"])) if verdict == INCONCLUSIVE else ""
+    mean = {g: float(np.mean([s for s, _ in t.values()])) for g, t in by.items()}
+    statistic = (f"parts supported of {len(parts)} (MHA's {what} below each other group's); mean spreads: "
+                 + ", ".join(f"{label(g)} {mean[g]:.3g}" for g in sorted(mean, key=mean.get)))
+    head = row("C5", statistic, float(sum(p["verdict"] == SUPPORTED for p in parts)), None,
+               len(by["mha"]), verdict, "claim", POOLED, reason)
+    return [head] + parts
+
+
+def note_rows(inputs: ClaimInputs) -> list[dict]:
+    """The screening notes (:func:`screen`, :func:`edge_notes`), one ``level=note`` row each."""
+    return [row("screening", "what the claims compare", verdict="", level="note", target=target, reason=reason)
+            for target, reason in inputs.notes]
 
 
 def evaluate_claims(inputs: ClaimInputs) -> list[dict]:
-    """Every row of ``claims.csv``: per claim its verdict row, then its detail rows."""
-    return claim_c1(inputs) + claim_c2(inputs) + claim_c3(inputs.rows) + claim_c4(inputs) + claim_c5(inputs.cells)
+    """Every row of ``claims.csv``: per claim its verdict row, then its detail rows; then the screening notes."""
+    return (claim_c1(inputs) + claim_c2(inputs) + claim_c3(inputs.rows) + claim_c4(inputs) + claim_c5(inputs.cells)
+            + note_rows(inputs))
+
+
+def screen(cells: Cells) -> tuple[Cells, list[tuple[str, str]]]:
+    """The cells the claims compare, and why others are left out: per target, the learning rates every
+    one of its groups ran (one grid), without a target where every group stays at the majority class;
+    a group's chosen-grid edge is noted where the report picks it (:func:`edge_notes`)."""
+    notes: list[tuple[str, str]] = []
+    kept: Cells = {}
+    for target in sorted({t for t, _, _ in cells}):
+        mine = {k: v for k, v in cells.items() if k[0] == target}
+        groups = {g for _, g, _ in mine if g in GROUPS}
+        grids = [{lr for _, g2, lr in mine if g2 == g} for g in groups]
+        common = set.intersection(*grids) if grids else set()
+        dropped = sorted({lr for _, g, lr in mine if g in GROUPS and lr not in common}, key=str)
+        if dropped:
+            notes.append((target, f"learning rates {', '.join(map(str, dropped))} not run by every group: left out "
+                                  f"(one grid for every group: {', '.join(map(str, sorted(common, key=str)))})"))
+        stuck = _stuck(mine, groups)
+        if stuck:
+            notes.append((target, stuck))
+            continue
+        kept.update({k: v for k, v in mine.items() if k[1] not in GROUPS or k[2] in common})
+    return kept, notes
+
+
+def _stuck(cells: Cells, groups: set[str]) -> str:
+    """Why a target is left out when every group's runs stay at the majority class ("" when not)."""
+    records = [r for (_, g, _), rs in cells.items() if g in groups for r in rs]
+    majority = [r.get("majority_acc") for r in records]
+    if not records or any(m is None for m in majority):
+        return ""
+    best = max(100.0 * r["test_acc"] - 100.0 * r["majority_acc"] for r in records)
+    if best > MAJORITY_SLACK:
+        return ""
+    return (f"every group stays at the majority class ({100 * max(majority):.1f}% of the test set; the best run "
+            f"is {best:+.2f} points from it): the groups cannot differ here")
+
+
+def edge_notes(rows: list[dict], cells: Cells) -> list[tuple[str, str]]:
+    """(target, note) for each group whose chosen learning rate is the smallest or largest of its grid."""
+    notes = []
+    for r in rows:
+        if r["dataset"] == AVERAGE or r["group"] not in GROUPS or r.get("lr") is None:
+            continue
+        grid = sorted(lr for t, g, lr in cells if t == r["dataset"] and g == r["group"])
+        if len(grid) >= 2 and r["lr"] in (grid[0], grid[-1]):
+            notes.append((r["dataset"], f"{label(r['group'])}: chosen lr {r['lr']} is at the edge of the grid "
+                                        f"{grid[0]}..{grid[-1]}: its best may lie outside"))
+    return notes
 
 
 # ----------------------------------------------------------------------------------- inputs
@@ -395,5 +509,5 @@ def claim_inputs(rows: list[dict], cells: Cells, analysis: dict[str, dict[str, f
 
 
 def verdict_text(r: dict) -> str:
-    """The verdict, with the reason when not testable."""
+    """The verdict, with the reason when it is inconclusive."""
     return f"{r['verdict']} ({r['reason']})" if r["reason"] else r["verdict"]

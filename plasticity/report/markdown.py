@@ -99,18 +99,23 @@ def claims_md(rows: list[dict]) -> str:
     """The Claims section of report.md: the five verdicts, the rules, then every detail row
     (:func:`plasticity.report.claims.evaluate_claims` rows)."""
     heads = [{**r, "verdict": verdict_text(r)} for r in rows if r["level"] == "claim"]
-    details = [{**r, "verdict": verdict_text(r)} for r in rows if r["level"] != "claim"]
-    text = (f"## Claims\n\nThe paper's claims tested on this sweep ([claims.csv](claims.csv)); alpha = {ALPHA}, "
-            "two-sided tests. C1, C2, C4: per-target Kendall tau / Spearman rho over the groups, pooled as their mean "
-            "over targets with an exact Wilcoxon signed-rank test against 0 (supported: mean > 0 and p < "
-            f"{ALPHA}; at least {MIN_TARGETS} targets). C3: Table 1 (supported: MHA significantly above FC2, LN2 "
-            "and LN1 and not significantly below FC1). C5: MHA has the smallest spread (std) of test accuracy over "
-            "the lr x seed grid, mean over targets. n: targets, groups or runs, as the statistic says.\n\n"
-            + rows_md(heads, ["claim", "verdict", "value", "p_value", "n", "statistic"]))
+    details = [{**r, "verdict": verdict_text(r)} for r in rows if r["level"] == "detail"]
+    notes = [r for r in rows if r["level"] == "note"]
+    text = (f"## Claims\n\nThe paper's claims tested on this sweep ([claims.csv](claims.csv)), alpha = {ALPHA}, "
+            "two-sided: supported (significant in the claimed direction), contradicted (significant against it) or "
+            "inconclusive (not significant: the reason says whether any test could decide, and the effect the design "
+            "detects with 80% power, mde). Replicates are targets; C1 tests the one ranking of the groups' P(f) by "
+            "its exact permutation distribution. C2, C4: per-target Spearman rho, mean over targets, exact Wilcoxon "
+            f"(>= {MIN_TARGETS} targets). C3, C5: differences from MHA over targets (accuracy; spread over the lr x "
+            "seed grid), tested likewise. Groups are compared on one learning-rate grid per target.\n\n"
+            + rows_md(heads, ["claim", "verdict", "value", "ci_low", "ci_high", "p_value", "n", "mde", "statistic"]))
     if details:
         text += ("\n<details><summary>Per target and per group</summary>\n\n"
-                 + rows_md(details, ["claim", "target", "value", "p_value", "n", "verdict", "statistic"])
+                 + rows_md(details, ["claim", "target", "value", "ci_low", "ci_high", "p_value", "n", "verdict",
+                                     "statistic"])
                  + "\n</details>\n")
+    if notes:
+        text += "\nLeft out or noted:\n\n" + "".join(f"- {r['target']}: {r['reason']}\n" for r in notes)
     return text
 
 

@@ -49,7 +49,7 @@ import numpy as np
 from plasticity.components import is_probe, parse_tag
 from plasticity.report import figures
 from plasticity.report.claims import COLUMNS as CLAIM_COLUMNS
-from plasticity.report.claims import chosen_runs, claim_inputs, evaluate_claims
+from plasticity.report.claims import chosen_runs, claim_inputs, edge_notes, evaluate_claims, screen
 from plasticity.report.collect import (Problem, Sweep, analysis_plasticity, check_sweep_dir, claim_metrics, collect,
                                        read_during_training, read_metrics)
 from plasticity.report.markdown import claims_md, fmt_params, probe_note, problems_md, rows_md, table6_md
@@ -128,7 +128,7 @@ def write_report(sweep_dir: str | Path, select: str = "val", out_dir: str | Path
     cells = done_cells(runs)
     rows = table6(cells, select) if cells else []
     plasticity = analysis_plasticity(sweep.analysis, problems)
-    body = [_claims(rows, cells, plasticity, out, problems)]
+    body = [_claims(cells, plasticity, out, problems, select)]
     body += warnings_md(sweep.finetune) + shared_seeds_md(cells)
     if cells:
         body += _write_results(cells, rows, plasticity, out, problems)
@@ -228,20 +228,26 @@ def _csv_section(out: Path, name: str, rows: list[dict], columns: tuple[str, ...
     return [heading + rows_md(rows, shown)]
 
 
-def _claims(rows: list[dict], cells: Cells, plasticity: dict[str, dict[str, float]], out: Path,
-            problems: list[Problem]) -> str:
+def _claims(cells: Cells, plasticity: dict[str, dict[str, float]], out: Path, problems: list[Problem],
+            select: str) -> str:
     """Writes ``claims.csv``; returns the Claims section (:mod:`plasticity.report.claims`)."""
-    found = claims_of(rows, cells, plasticity, problems)
+    found = claims_of(cells, plasticity, problems, select)
     write_csv_atomic(out / "claims.csv", found, CLAIM_COLUMNS)
     return claims_md(found)
 
 
-def claims_of(rows: list[dict], cells: Cells, plasticity: dict[str, dict[str, float]],
-              problems: list[Problem]) -> list[dict]:
-    """The rows of ``claims.csv`` from Table 6 ``rows``, their ``cells``, the analyses' P(f) and the
-    chosen runs' metrics (read here; corrupt files go to ``problems``)."""
-    metrics = claim_metrics(chosen_runs(rows, cells), problems)
-    return evaluate_claims(claim_inputs(rows, cells, plasticity, metrics))
+def claims_of(cells: Cells, plasticity: dict[str, dict[str, float]], problems: list[Problem],
+              select: str = "val") -> list[dict]:
+    """The rows of ``claims.csv`` from the done ``cells`` (screened: one grid, no target stuck at the majority
+    class), their Table 6, the analyses' P(f) and the chosen runs' metrics (corrupt files go to ``problems``)."""
+    kept, notes = screen(cells)
+    rows = table6(kept, select) if kept else []
+    left = {d for d, _, _ in cells} - {d for d, _, _ in kept}  # stuck at the majority class: out of P(f)'s too
+    plasticity = {t: p for t, p in plasticity.items() if t not in left}
+    metrics = claim_metrics(chosen_runs(rows, kept), problems)
+    inputs = claim_inputs(rows, kept, plasticity, metrics)
+    inputs.notes = notes + edge_notes(rows, kept)
+    return evaluate_claims(inputs)
 
 
 def sweep_claims(sweep_dir: str | Path, select: str = "val") -> tuple[list[dict], list[Problem]]:
@@ -250,9 +256,8 @@ def sweep_claims(sweep_dir: str | Path, select: str = "val") -> tuple[list[dict]
     sweep = collect(sweep_dir)
     problems = list(sweep.problems)
     cells = done_cells(sweep.finetune + sweep.probe)
-    rows = table6(cells, select) if cells else []
     plasticity = analysis_plasticity(sweep.analysis, problems)  # before the metrics: problems in write_report's order
-    return claims_of(rows, cells, plasticity, problems), problems
+    return claims_of(cells, plasticity, problems, select), problems
 
 
 def _pretraining(sweep: Sweep, out: Path, problems: list[Problem]) -> list[str]:
