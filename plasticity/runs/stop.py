@@ -62,18 +62,16 @@ def recording_signals() -> Iterator[list[int]]:
         received.append(signum)
         raise Interrupted(signum)
 
-    def chain(previous: Any) -> Any:
-        def note_then_hand_over(signum: int, frame: Any) -> None:
-            received.append(signum)
-            previous(signum, frame)
-        return note_then_hand_over
+    def note_then_hand_over(signum: int, frame: Any) -> None:
+        received.append(signum)
+        previous[signum](signum, frame)  # the handler set before this block (submitit's)
 
     previous = {s: signal.getsignal(s) for s in (*STOP_SIGNALS, *CHAINED_SIGNALS)}
     for s in STOP_SIGNALS:
         signal.signal(s, stop)
     for s in CHAINED_SIGNALS:
         if callable(previous[s]):  # only a handler someone set (submitit's); the default would kill the process
-            signal.signal(s, chain(previous[s]))
+            signal.signal(s, note_then_hand_over)
     try:
         yield received
     finally:
