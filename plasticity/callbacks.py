@@ -151,8 +151,7 @@ class PlasticityCallback(L.Callback):
     @torch.no_grad()
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         step = self._last_step = trainer.global_step
-        started = time.perf_counter()
-        net = pl_module.net
+        started, net = time.perf_counter(), pl_module.net
         was_training = net.training
         net.eval()
         rows = measure(net, self._batches(pl_module), self.mode, self.groups).summary()

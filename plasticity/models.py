@@ -206,8 +206,7 @@ def check_architecture(weights_file: str, shapes: dict[str, tuple[int, ...]], mo
     differ = sorted((k for k in shared if shapes[k] != expected[k]), key=lambda k: (len(shapes[k]), order[k]))
     file_keys = [k for k in shapes if not skip(k)]
     timm_format = len(shared) >= 0.5 * max(1, min(len(file_keys), len(expected)))
-    prefix = None if timm_format else common_prefix(file_keys, expected)
-    if prefix:
+    if not timm_format and (prefix := common_prefix(file_keys, expected)):
         raise WeightsError(f"model.weights_file={weights_file!r} names its tensors with the prefix {prefix!r} "
                            f"(e.g. {file_keys[0]!r}), so none of them would load into model.name={model_name!r}, "
                            f"which expects names like {next(iter(expected))!r}. Fix: save the state dict without "
@@ -296,8 +295,7 @@ def input_size(name: str, kwargs: dict | None = None) -> int:
         name: A timm model name (with or without its pretrained tag).
         kwargs: The architecture arguments of ``model.kwargs``.
     """
-    img_size = (kwargs or {}).get("img_size")
-    if img_size is not None:
+    if (img_size := (kwargs or {}).get("img_size")) is not None:
         return int(img_size if isinstance(img_size, int) else img_size[0])
     from timm.models import get_pretrained_cfg
 

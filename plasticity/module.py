@@ -112,8 +112,7 @@ class FinetuneModule(L.LightningModule):
     def grad_norms(self) -> dict[str, torch.Tensor]:
         """L2 norms of the gradients of each trained group (one for a single group; each of a
         combination), the head, the final norm, and each group per block."""
-        params = dict(self.net.named_parameters())
-        sel = self.selection
+        params, sel = dict(self.net.named_parameters()), self.selection
 
         def norm(names: Iterable[str]) -> torch.Tensor:
             grads = [params[n].grad for n in names if params[n].grad is not None]

@@ -66,8 +66,7 @@ def open_prepared(name: str, prepared_dir: str | Path, img_size: int, split_hash
         DataError: The arrays were made from other files (different split hash) or are corrupt.
     """
     directory = prepared_path(name, prepared_dir, img_size)
-    info = read_json(directory / "info.json")
-    if not info:
+    if not (info := read_json(directory / "info.json")):
         return None
     if info.get("split_hash") != split_hash:
         raise DataError(f"{name}: the prepared arrays in {directory} were made from different files (split hash "

@@ -246,11 +246,9 @@ class FashionMNIST(Source):
 
     def _check(self, data_dir: Path) -> None:
         raw = self.path(data_dir)
-        missing = [f for f in _FMNIST_RAW if not (raw / f).is_file()]
-        if missing:
+        if missing := [f for f in _FMNIST_RAW if not (raw / f).is_file()]:
             raise _Missing("data not found" if len(missing) == len(_FMNIST_RAW) else f"missing {', '.join(missing)}")
-        problems = [p for f, m in _FMNIST_RAW.items() if (p := _idx_problem(raw / f, m))]
-        if problems:
+        if problems := [p for f, m in _FMNIST_RAW.items() if (p := _idx_problem(raw / f, m))]:
             raise self.error(data_dir, "; ".join(problems))
 
     def read_split(self, data_dir: Path, prefix: str) -> ArraySet:
@@ -463,8 +461,7 @@ class ImageFolder(Source):
         root = self.path(data_dir)
         if not root.is_dir():
             raise _Missing(f"missing folder {root}")
-        classes = sorted(p.name for p in root.iterdir() if p.is_dir())
-        if not classes:
+        if not (classes := sorted(p.name for p in root.iterdir() if p.is_dir())):
             raise _Missing(f"no class folder in {root}")
         return classes
 
@@ -631,8 +628,7 @@ class CsvCorpus(TextCorpus):
         with (bz2.open if path.suffix == ".bz2" else gzip.open)(path, "rt", encoding="utf-8", newline="") as f:
             rows = [r for r in csv.DictReader(f) if r[self.label_column] not in self.dropped]
         classes = [r[self.label_column] for r in rows]
-        unknown = sorted(set(classes) - set(self.class_names))
-        if unknown:
+        if unknown := sorted(set(classes) - set(self.class_names)):
             raise DataError(f"{self.name}: {path} has the classes {unknown}, expected only {list(self.class_names)}. "
                             f"{self.fetch}")
         return TextSet(tuple(r[self.text_column] for r in rows),

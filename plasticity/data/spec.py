@@ -182,8 +182,7 @@ def load_splits(spec: DataSpec) -> Splits:
         DataError: Data missing or corrupt, or prepared arrays stale.
     """
     spec.ensure()  # checks first: nothing is fetched for a corrupt set
-    problems = check_classes(spec.name, spec.classes, spec.num_classes)
-    if problems:
+    if problems := check_classes(spec.name, spec.classes, spec.num_classes):
         raise ValueError(problems[0])
     splits = official_splits(spec.name, spec.data_dir, severity=spec.severity,
                              num_classes=None if spec.classes else spec.num_classes)
@@ -191,8 +190,7 @@ def load_splits(spec: DataSpec) -> Splits:
     if spec.source.kind == "text":
         splits = _tokens(spec, splits)  # whole splits: one cache whatever the class subset or limit
     elif spec.source.kind == "files":
-        prepared = open_prepared(spec.name, spec.prepared_root, spec.img_size, splits.split_hash)
-        if prepared is not None:
+        if (prepared := open_prepared(spec.name, spec.prepared_root, spec.img_size, splits.split_hash)) is not None:
             splits = dataclasses.replace(splits, **prepared, prepared=True)
         else:
             from plasticity.data.images import EvalImages  # torch + torchvision: only on the JPEG path
