@@ -101,8 +101,7 @@ def check_text_length(cfg: DictConfig, p: Problems) -> None:
 
     limit = max_positions(text_config(cfg.model.name))
     for key in ("max_length", "window"):
-        value = cfg.dataset.get(key)
-        if limit is not None and value is not None and value > limit:
+        if limit is not None and (value := cfg.dataset.get(key)) is not None and value > limit:
             p.add(f"dataset.{key}={value} exceeds the {limit} positions of model.name={cfg.model.name!r}. "
                   f"Fix: dataset.{key}<={limit}.")
 
