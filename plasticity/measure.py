@@ -17,7 +17,8 @@ downstream image y. Two input modes:
 Language transformers (:mod:`plasticity.text`) are measured the same way on pairs of token windows
 of one length (no padding inside a pair): the embedding-layer tokens are what enters the first
 layer (BERT: word + position + type embeddings and the embedding LayerNorm; Llama: the token
-embeddings, its attention applied with the rotary positions 0..L-1 and the causal mask). Each group
+embeddings, its attention applied with the rotary positions 0..L-1 and the causal mask). A decoder's
+windows start with its BOS token (:func:`with_bos`), so the attention sink is the same in x and y. Each group
 is its :data:`~plasticity.components.SITES` function: BERT's MHA runs from the self-attention's
 input to the output projection (its residual add and LayerNorm are LN2's: that norm feeds the
 feed-forward); BERT's LN1 of layer i is the norm closing layer i-1 (layer 0: the embeddings' norm);
@@ -380,6 +381,7 @@ def measure(model: nn.Module, batches: Iterator[torch.Tensor], mode: str = "embe
     hooks = LayerHooks(model, groups) if mode == "layer" else None
     try:
         for images in batches:
+            images = with_bos(model, images)
             rates = layer_rates(model, images, hooks) if hooks else embedding_rates(model, images, groups)
             stats.update(rates)
             if on_rates is not None:
@@ -388,6 +390,17 @@ def measure(model: nn.Module, batches: Iterator[torch.Tensor], mode: str = "embe
         if hooks:
             hooks.remove()
     return stats
+
+
+def with_bos(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """Token windows of a decoder with its BOS token in front (images and encoder windows as they are).
+
+    A decoder puts most of its attention, and a residual norm hundreds of times a word's, on the first
+    position (the attention sink). With a BOS first in both x and y, that position is identical in the two
+    (causal attention: it sees only itself), so it drops out of every distance in both modes.
+    """
+    bos = getattr(model, "bos_token_id", None)
+    return ids if bos is None else torch.cat([ids.new_full((len(ids), 1), bos), ids], dim=1)
 
 
 def ranking(rows: list[dict]) -> list[tuple[str, float]]:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from plasticity.components import classify, freeze, group_counts, resolve, select
-from plasticity.measure import embedding_rates, measure
+from plasticity.measure import embedding_rates, measure, with_bos
 from plasticity.text.models import PAD, TextTransformer, create_text_model, tiny_config
 
 torch.set_num_threads(1)
@@ -205,7 +205,7 @@ def test_layer_mode_hooks_read_each_function_in_the_real_forward(family):
         return hook
 
     handles = [fc1_in.register_forward_hook(keep("fc1")), fc2.register_forward_hook(keep("fc2"))]
-    net.forward_features(ids)
+    net.forward_features(with_bos(net, ids))  # what measure() feeds: a decoder's windows start with BOS
     for h in handles:
         h.remove()
     rows = {(r["group"], r["block"]): r["mean"] for r in measure(net, iter([ids]), "layer").summary()}
@@ -313,3 +313,29 @@ def test_a_weights_file_loads_over_a_text_model_and_another_architecture_is_name
     save_file({k: v for k, v in trained.items() if "layer.1." not in k}, tmp_path / "short.safetensors")
     with pytest.raises(WeightsError, match="missing tensors .*backbone.encoder.layer.1"):
         create_model(f"hf:{tmp_path / 'model'}", 3, weights_file=str(tmp_path / "short.safetensors"))
+
+
+def test_decoder_windows_start_with_bos_so_the_attention_sink_drops_out():
+    """A tiny Llama whose windows' first words dominate (a 1000x embedding, as a sink's residual norm): measure()
+    puts the BOS token first in x and y, so position 0 is equal in the two at every layer and adds nothing to any
+    distance; LN1's rate is the hand computation on BOS + window."""
+    net = tiny("llama")
+    ids = windows(2, 6)
+    with torch.no_grad():
+        net.backbone.embed_tokens.weight[ids[:, 0]] *= 1000
+    raw = net.backbone.embed_tokens(ids)
+    assert (raw[0, 0] - raw[1, 0]).square().sum() > 0.99 * (raw[0] - raw[1]).square().sum()  # the sink dominates
+    inputs = with_bos(net, ids)
+    assert inputs.shape == (2, 7) and (inputs[:, 0] == net.config.bos_token_id).all()
+    emb = net.backbone.embed_tokens(inputs)
+    x, y = emb[0], emb[1]
+    norm = net.blocks[0].input_layernorm
+    got = measure(net, iter([ids]), "embedding", ("ln1",)).summary()[0]
+    assert got["mean"] == pytest.approx(rate(norm(x), norm(y), x, y), rel=1e-5)
+    seen = []
+    handle = net.blocks[1].register_forward_pre_hook(lambda m, a, k: seen.append(k.get("hidden_states", a and a[0])),
+                                                     with_kwargs=True)
+    measure(net, iter([ids]), "layer", ("ln1",))
+    handle.remove()
+    torch.testing.assert_close(seen[0][0, 0], seen[0][1, 0])  # causal: the BOS position sees only itself
+    assert with_bos(tiny("bert"), ids) is ids  # an encoder's windows start with [CLS] already

@@ -78,6 +78,8 @@ class Plasticity(AnalysisRecipe):
             "reference": task.reference, "dataset": self.cfg.dataset.name, "model": self.cfg.model.name,
             "ranking": [{"group": g, "mean": m} for g, m in order],
         }
+        if getattr(net, "bos_token_id", None) is not None:  # a decoder's windows: the attention sink left out
+            summary["window_start"] = f"BOS token {net.bos_token_id}, prepended to x and y (plasticity.measure.with_bos)"
         write_json_atomic(self.run_dir / "plasticity.json", summary)
         if saved:  # atomically, as every file of a run: a reader never sees half an array
             with atomic_path(self.run_dir / "rates.npy") as tmp:
@@ -90,7 +92,8 @@ class Plasticity(AnalysisRecipe):
                      images={name: self.run_dir / f"{name}.png" for name in ("plasticity_distribution",
                                                                               "plasticity_depth")},
                      summary={f"plasticity/{g}": m for g, m in order})
-        return {k: summary[k] for k in ("mode", "pairing", "n_pairs", "distinct_pairs", "reference", "ranking")}
+        return {k: summary[k] for k in ("mode", "pairing", "n_pairs", "distinct_pairs", "reference", "ranking",
+                                        "window_start") if k in summary}
 
     def check_distinct(self, rows: list[dict]) -> None:
         """Pairs of identical images have no rate: none left is an error, some a warning."""

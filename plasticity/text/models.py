@@ -88,6 +88,13 @@ class TextTransformer(nn.Module):
         return self.backbone.encoder.layer if self.family == "bert" else self.backbone.layers
 
     @property
+    def bos_token_id(self) -> int | None:
+        """The id a decoder's measured windows start with (:func:`plasticity.measure.measure`): without it,
+        a window's first word becomes the attention sink and dominates every distance. None for encoders,
+        whose windows start with the tokenizer's [CLS]."""
+        return self.config.bos_token_id if self.family == "llama" else None
+
+    @property
     def embedding_norm(self) -> nn.Module:
         """BERT's embeddings' LayerNorm: its output enters layer 0's attention (layer 0's LN1)."""
         return self.backbone.embeddings.LayerNorm
