@@ -84,7 +84,6 @@ run-text: setup
 	$(PY) launch.py experiment=text_plasticity task.mode=layer dataset=text/rotten_tomatoes paths.output_dir=$(TEXT_OUT) print_config=false
 	$(PY) launch.py -m experiment=text_plasticity model=smollm2_135m dataset=text/rotten_tomatoes task.mode=embedding,layer task.n_pairs=256 paths.output_dir=$(TEXT_OUT)_smollm2 print_config=false
 	$(PY) launch.py -m experiment=text_quickstart paths.output_dir=$(TEXT_OUT) print_config=false
-	$(PY) launch.py -m experiment=text_quickstart component=ln1,ln2 optimizer.lr=0.3,1.0 paths.output_dir=$(TEXT_OUT) print_config=false
 	$(PY) launch.py -m experiment=text_quickstart task=linear_probe component=mha optimizer.lr=0.1 paths.output_dir=$(TEXT_OUT) print_config=false
 	$(PY) -m plasticity.report.summary --outputs $(TEXT_OUT)
 	$(PY) launch.py task=report sweep_dir=$(TEXT_OUT) print_config=false
