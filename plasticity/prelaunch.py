@@ -113,9 +113,9 @@ def stop_on_problems(jobs: list[Job], varying: list[str]) -> None:
         return
     if len(jobs) == 1:
         print_problems(bad[0].problems)
-        raise SystemExit(1)
-    lines = [f"job {job.num} ({job_overrides(job.overrides, varying)}): {p}" for job in bad for p in job.problems]
-    print_problems(lines, header=f"{len(bad)} of {len(jobs)} jobs have")
+    else:
+        print_problems([f"job {job.num} ({job_overrides(job.overrides, varying)}): {p}"
+                        for job in bad for p in job.problems], header=f"{len(bad)} of {len(jobs)} jobs have")
     raise SystemExit(1)
 
 
@@ -152,9 +152,7 @@ def print_plan(jobs: list[Job], varying: list[str]) -> None:
 def status_of(job: Job) -> str:
     """The job's row status in the dry run (a done run is re-run when ``sweep.skip_done=false``)."""
     kind = getattr(job.state, "kind", "")
-    if kind == "finished" and not is_done(job):
-        return "done (re-run)"
-    return STATUS.get(kind, "to run")
+    return "done (re-run)" if kind == "finished" and not is_done(job) else STATUS.get(kind, "to run")
 
 
 def inputs_of(job: Job) -> tuple[str, str]:

@@ -88,9 +88,7 @@ def read_csv(path: str | Path) -> list[dict[str, str]]:
 
 def blank(value: Any) -> Any:
     """A table cell's value: None and NaN as ``""``, the rest as it is."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    return value
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
 def read_record(path: str | Path) -> tuple[dict | None, str | None]:
