@@ -45,12 +45,13 @@ def auto_select(cfg: DictConfig, net: "nn.Module", datamodule: "DataModule") -> 
     """
     from plasticity.data import load_splits
     from plasticity.data.augment import input_transform
-    from plasticity.measure import pair_batches, pair_indices, pair_inputs
+    from plasticity.measure import disjoint, pair_batches, pair_indices, pair_inputs
 
     auto, window = cfg.component.auto, cfg.dataset.get("window")  # window: text tokens per pair
     started = time.perf_counter()
-    ref = load_splits(datamodule.spec.replace(name=auto.reference, limit=None, num_classes=None)).test
-    ref, target = pair_inputs(ref, window), pair_inputs(datamodule.splits.train, window)
+    ref = load_splits(datamodule.spec.replace(name=auto.reference, limit=None, num_classes=None))
+    ref_rows, target_rows, _ = disjoint(ref, datamodule.splits, "train")  # never an example with its own copy
+    ref, target = pair_inputs(ref.test, window, ref_rows), pair_inputs(datamodule.splits.train, window, target_rows)
     indices = pair_indices(len(ref), len(target), auto.n_pairs, "sequential")
     transform = input_transform(net, cfg.dataset)  # token ids pass as they are
     table = measure_units(net, pair_batches(ref, target, indices, auto.batch_size, transform))

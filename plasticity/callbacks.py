@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from plasticity.data import DataSpec, load_splits
-from plasticity.measure import as_inputs, measure, pair_indices, pair_inputs
+from plasticity.measure import as_inputs, disjoint, measure, pair_indices, pair_inputs
 from plasticity.runs.checkpoints import DURING_TRAINING
 from plasticity.runs.io import write_csv_atomic
 from plasticity.schema import PlasticityCallback as Options
@@ -98,7 +98,8 @@ class PlasticityCallback(L.Callback):
         splits = load_splits(self.reference_spec)
         self.reference_prepared = splits.prepared
         down = self._downstream(datamodule, spec, stage)
-        ref, down = pair_inputs(splits.test, self.window), pair_inputs(down, self.window)
+        ref_rows, down_rows, self.pairs_from = disjoint(splits, down, "val")  # never an example with its own copy
+        ref, down = pair_inputs(splits.test, self.window, ref_rows), pair_inputs(down.val, self.window, down_rows)
         self.pair_indices = ri, di = pair_indices(len(ref), len(down), self.n_pairs, "sequential")
         self.pairs = as_inputs(ref[ri]), as_inputs(down[di])
         if self.reference_spec.source.kind == "files" and not self.reference_prepared:
@@ -112,13 +113,13 @@ class PlasticityCallback(L.Callback):
                      else "its array files")
 
     def _downstream(self, datamodule, spec: DataSpec, stage: str):
-        """The downstream validation images: the run's own, or ``downstream``'s."""
+        """The splits whose validation images are the downstream side: the run's own, or ``downstream``'s."""
         if self.downstream is None:
             datamodule.setup(stage)  # loads the splits once
-            return datamodule.splits.val
+            return datamodule.splits
         classes = self.downstream_classes
         return load_splits(spec.replace(name=self.downstream, limit=None, classes=classes,
-                                        num_classes=None if classes is None else len(classes))).val
+                                        num_classes=None if classes is None else len(classes)))
 
     def state_dict(self) -> dict:
         return {"rows": list(self.rows), "last_step": self._last_step}

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 import torch
@@ -43,6 +43,9 @@ import torch.nn.functional as F
 from scipy import stats as scipy_stats
 
 from plasticity.components import GROUPS, SITES, Site, family_of, site_module
+
+if TYPE_CHECKING:
+    from plasticity.data import Splits
 
 MODES = ("embedding", "layer")
 PAIRINGS = ("sequential", "random")
@@ -232,20 +235,41 @@ def _check_pairing(pairing: str) -> None:
         raise ValueError(f"pairing={pairing!r}; choices: {', '.join(PAIRINGS)}")
 
 
-def pair_inputs(arrays, window: int | None = None) -> np.ndarray:
+def pair_inputs(arrays, window: int | None = None, rows: np.ndarray | None = None) -> np.ndarray:
     """What pairs are drawn from: an image set's uint8 images ``(N, H, W, C)``, or a token set's
-    windows ``(M, window)`` (:func:`plasticity.data.text.windows`: equal lengths, no padding inside a pair).
+    windows ``(M, window)`` (:func:`plasticity.data.text.windows`: equal lengths, no padding inside a
+    pair); ``rows``: of these examples only (None: all; :func:`disjoint`).
 
     Raises:
         ValueError: a token set without ``window`` (``dataset.window``), or none of its texts that long.
     """
     if getattr(arrays, "images", None) is not None:
-        return arrays.images
+        return arrays.images if rows is None else arrays.images[rows]
     from plasticity.data.text import windows
 
     if window is None:
         raise ValueError("text pairs need a window length. Fix: dataset.window=<tokens per pair window>, e.g. 32.")
-    return windows(arrays, int(window), key="dataset.window")
+    return windows(arrays, int(window), key="dataset.window", rows=rows)
+
+
+def disjoint(ref: "Splits", down: "Splits", down_split: str = "test") -> tuple[np.ndarray | None, np.ndarray | None,
+                                                                              str]:
+    """The rows of the reference's test split and the downstream ``down_split`` to pair, and how pairs are formed.
+
+    Two sets holding the same examples (a set and itself; a corrupted set and its clean source, e.g.
+    ``text/bbc_news_c/word_drop`` and ``text/bbc_news``) would pair an example with its own copy: the
+    k-th article with its word-dropped self. An example's identity is the list it comes from and its
+    index there (:attr:`~plasticity.data.Splits.examples`); when the two sets share any, each example
+    goes to one side only: the reference keeps the even indices, the downstream set the odd ones.
+
+    Returns:
+        ``(reference rows, downstream rows, how)``; the rows None when the sets share no example.
+    """
+    (ref_list, ref_ids), (down_list, down_ids) = ref.examples["test"], down.examples[down_split]
+    if ref_list != down_list or not np.intersect1d(ref_ids, down_ids).size:
+        return None, None, "independent examples"
+    return (np.flatnonzero(ref_ids % 2 == 0), np.flatnonzero(down_ids % 2 == 1),
+            f"disjoint examples of {ref_list}: the reference's even indices, the downstream set's odd ones")
 
 
 def as_inputs(rows: np.ndarray) -> torch.Tensor:

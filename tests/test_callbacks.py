@@ -162,13 +162,19 @@ def test_pretraining_writes_the_csv_from_the_random_init(tmp_path) -> None:
     assert list(rows[0]) == ["step", "group", "block", "mean"]
     assert sorted({int(r["step"]) for r in rows}) == [0, 2, 4]
     assert len(rows) == 3 * 5 * (2 + 1)  # steps x groups x (2 blocks + their mean)
-    # the downstream half: the snow set's validation images of classes 5-9 only
-    snow = load_splits(DataSpec("fashion_mnist_c/snow", str(data_dir), img_size=28))
-    held_out = snow.val.images[snow.val.labels >= 5]
+    # the downstream half: the snow set's validation images of classes 5-9 only; snow holds Fashion-MNIST's test
+    # images, the reference's: pairs are drawn from disjoint examples (reference even indices, downstream odd)
+    snow = load_splits(DataSpec("fashion_mnist_c/snow", str(data_dir), img_size=28, classes=(5, 6, 7, 8, 9),
+                                num_classes=5))
+    ref = load_splits(DataSpec("fashion_mnist", str(data_dir)))
+    (ref_list, ref_ids), (snow_list, snow_ids) = ref.examples["test"], snow.examples["val"]
+    assert ref_list == snow_list == "fashion_mnist/test" and np.intersect1d(ref_ids, snow_ids).size
+    ref_rows, snow_rows = np.flatnonzero(ref_ids % 2 == 0), np.flatnonzero(snow_ids % 2 == 1)
+    assert callback.pairs_from.startswith("disjoint examples of fashion_mnist/test")
     ri, di = callback.pair_indices
-    assert torch.equal(callback.pairs[1], torch.from_numpy(held_out[di]).permute(0, 3, 1, 2))
-    ref = load_splits(DataSpec("fashion_mnist", str(data_dir))).test
-    assert torch.equal(callback.pairs[0], torch.from_numpy(ref.images[ri]).permute(0, 3, 1, 2))
+    assert not set(ref_ids[ref_rows][ri]) & set(snow_ids[snow_rows][di])  # no image meets its snowy copy
+    assert torch.equal(callback.pairs[1], torch.from_numpy(snow.val.images[snow_rows][di]).permute(0, 3, 1, 2))
+    assert torch.equal(callback.pairs[0], torch.from_numpy(ref.test.images[ref_rows][ri]).permute(0, 3, 1, 2))
     x, y = callback.pairs
     batches = (tf(False)(torch.cat([x[i:i + 10], y[i:i + 10]])) for i in range(0, 24, 10))
     direct = measure(init, batches).summary()

@@ -406,3 +406,29 @@ def test_inspect_data_prints_the_sizes_and_split_hash(tmp_path, capsys):
     assert info["tokenizer"] == "minilm_l6" and info["max_length"] == 16 and info["kind"] == "text"
     assert 0 < info["at_max_length"] < 1 and "img_size" not in info
     assert list((tmp_path / "data" / "prepared" / "text" / "debates").iterdir())  # the token cache
+
+
+def test_a_corrupted_corpus_is_never_paired_with_its_own_clean_texts(tmp_path):
+    """text/bbc_news_c/word_drop keeps BBC News's examples, order and split: sequential pairs with the clean
+    corpus as reference joined article k with its own word-dropped copy. By the examples' identity (the corpus,
+    the index), the reference keeps even indices and the target odd ones: no pair joins an article with itself."""
+    from plasticity.measure import disjoint, pair_indices, pair_inputs
+
+    clean, dropped = (load_splits(DataSpec(name, tmp_path, tokenizer="minilm_l6", max_length=32))
+                      for name in ("text/bbc_news", "text/bbc_news_c/word_drop"))
+    (ref_list, ref_ids), (down_list, down_ids) = clean.examples["test"], dropped.examples["test"]
+    assert ref_list == down_list == "text/bbc_news/all" and np.array_equal(ref_ids, down_ids)  # the same articles
+    ref_rows, down_rows, how = disjoint(clean, dropped)
+    assert how == ("disjoint examples of text/bbc_news/all: the reference's even indices, the downstream set's odd "
+                   "ones")
+    assert set(ref_ids[ref_rows] % 2) == {0} and set(down_ids[down_rows] % 2) == {1}
+    assert len(ref_rows) + len(down_rows) == len(ref_ids)  # every article on exactly one side
+    ref, down = pair_inputs(clean.test, 32, ref_rows), pair_inputs(dropped.test, 32, down_rows)
+    ri, di = pair_indices(len(ref), len(down), 64, "sequential")
+    long_ref = np.intersect1d(np.flatnonzero(clean.test.lengths() >= 32), ref_rows)
+    long_down = np.intersect1d(np.flatnonzero(dropped.test.lengths() >= 32), down_rows)
+    assert not set(ref_ids[long_ref][ri]) & set(down_ids[long_down][di])
+    assert np.array_equal(ref, np.asarray(clean.test.ids[long_ref, :32]))
+    # a corpus and another one share nothing: every example, as before
+    debates = load_splits(DataSpec("text/debates", tmp_path, tokenizer="minilm_l6", max_length=32))
+    assert disjoint(clean, debates) == (None, None, "independent examples")

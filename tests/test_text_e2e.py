@@ -52,11 +52,13 @@ def whole(tmp_path_factory) -> Path:
 def test_finetune_records_the_modality_and_trains_only_its_group(whole):
     rec = record(whole)
     assert rec["status"] == "done" and rec["modality"] == "text" and rec["steps"] == 9
-    assert rec["params"] == {"group": 2 * (384 * 1536 + 1536), "head": 384 * 3 + 3, "final_norm": 0,  # 2 layers' FC1
-                             "total": 2 * (384 * 1536 + 1536) + 384 * 3 + 3}                           # 3 classes
+    # 2 layers' FC1, the head (3 classes), the final norm: post-LN, the last layer's output.LayerNorm feeds the head
+    assert rec["params"] == {"group": 2 * (384 * 1536 + 1536), "head": 384 * 3 + 3, "final_norm": 2 * 384,
+                             "total": 2 * (384 * 1536 + 1536) + 384 * 3 + 3 + 2 * 384}
     state = torch.load(whole / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
-    assert sorted({k.split(".")[-2] for k in state}) == ["dense", "head"]  # intermediate.dense and the head
-    assert all("intermediate.dense" in k or k.startswith("net.head.") for k in state)
+    assert sorted({k.split(".")[-2] for k in state}) == ["LayerNorm", "dense", "head"]
+    assert all("intermediate.dense" in k or "layer.1.output.LayerNorm" in k or k.startswith("net.head.")
+               for k in state)
 
 
 @pytest.mark.slow

@@ -198,7 +198,7 @@ def load_splits(spec: DataSpec) -> Splits:
             if spec.classes:  # subset the file lists before anything decodes
                 splits, subset = keep_classes(splits, spec.classes), True
             lazy = lambda s: ArraySet(EvalImages(s, spec.img_size), s.labels)  # noqa: E731
-            splits = Splits(splits.train, lazy(splits.val), lazy(splits.test), splits.num_classes, splits.split_hash)
+            splits = splits.kept(val=lazy(splits.val), test=lazy(splits.test))
     if spec.classes and not subset:
         splits = keep_classes(splits, spec.classes)
     train = apply_limit(splits.train, spec.limit)
@@ -208,6 +208,6 @@ def load_splits(spec: DataSpec) -> Splits:
         digest = hashlib.sha256(f"{digest}|eval_limit={spec.eval_limit}".encode()).hexdigest()[:12]
     if len(train) < len(splits.train):  # the run sees fewer examples: its hash says so
         digest = hashlib.sha256(f"{digest}|limit={len(train)}".encode()).hexdigest()[:12]
-    return Splits(train, val, test, splits.num_classes, digest, splits.prepared)
+    return dataclasses.replace(splits.kept(train=train, val=val, test=test), split_hash=digest)
 
 

@@ -48,6 +48,8 @@ class Splits:
             indices and labels (and file names, or raw texts); equal hashes mean two runs saw the
             same examples.
         prepared: Whether the images come from ``task=prepare`` arrays.
+        examples: Split -> the identity of its examples: the list they come from (:func:`example_list`)
+            and their indices in it; two sets share an example when both hold the same (list, index).
     """
 
     train: ArraySet | FileSet | TextSet | TokenSet
@@ -56,6 +58,13 @@ class Splits:
     num_classes: int
     split_hash: str
     prepared: bool = False
+    examples: dict[str, tuple[str, np.ndarray]] = dataclasses.field(default_factory=dict)
+
+    def kept(self, **parts: ArraySet | FileSet | TextSet | TokenSet) -> "Splits":
+        """These splits with some parts replaced by their first rows (a limit), or by lazily decoded
+        copies of themselves; each example keeps its identity."""
+        examples = {k: (where, ids[:len(parts.get(k, getattr(self, k)))]) for k, (where, ids) in self.examples.items()}
+        return dataclasses.replace(self, **parts, examples=examples)
 
     def sizes(self) -> dict[str, int]:
         return {"train": len(self.train), "val": len(self.val), "test": len(self.test)}
@@ -116,6 +125,16 @@ def _check_classes(name: str, data_dir: Path, labels: np.ndarray, expected: int)
                         f"(dataset.num_classes={expected}); the files in {src.path(data_dir)} are corrupt.")
 
 
+def example_list(name: str, part: str) -> str:
+    """The list an example of ``name``'s ``part`` (``all``, ``train`` or ``test`` as the source reads it) comes
+    from: a corrupted set holds its clean source's examples (``text/bbc_news_c/word_drop``: the BBC News
+    corpus, text by text; ``cifar10_c/fog``: CIFAR-10's test images, in order), so it names the clean one's."""
+    clean, corrupted, _ = name.partition("_c/")
+    if not corrupted:
+        return f"{name}/{part}"
+    return f"{clean}/{'all' if source(name).kind == 'text' else 'test'}"
+
+
 def official_splits(name: str, data_dir: str | Path, *, severity: int = 5, num_classes: int | None = None) -> Splits:
     """Apply the split protocol (module docstring) to a dataset's official parts.
 
@@ -148,7 +167,11 @@ def official_splits(name: str, data_dir: str | Path, *, severity: int = 5, num_c
     _check_classes(name, Path(data_dir), np.concatenate([train.labels, val.labels, test.labels]), expected)
     corrupted = getattr(src, "corruption", None) is not None  # the *_c sets: each severity is another set
     digest = _split_hash(name, severity if corrupted else None, [(train, train_idx), (val, val_idx), (test, test_src)])
-    return Splits(train, val, test, expected, digest)
+    lists = dict.fromkeys(("train", "val", "test"), "all") if "all" in parts else {"train": "train", "val": "train",
+                                                                                    "test": "test"}
+    examples = {k: (example_list(name, lists[k]), idx) for k, idx in
+                (("train", train_idx), ("val", val_idx), ("test", test_src))}
+    return Splits(train, val, test, expected, digest, examples=examples)
 
 
 def apply_limit(train: ArraySet | FileSet | TokenSet, limit: int | None,
@@ -198,10 +221,13 @@ def keep_classes(splits: Splits, classes: tuple[int, ...]) -> Splits:
     """
     relabel = {c: i for i, c in enumerate(classes)}
 
-    def subset(part: ArraySet | FileSet | TextSet | TokenSet) -> ArraySet | FileSet | TextSet | TokenSet:
-        kept = part.subset(np.flatnonzero(np.isin(np.asarray(part.labels, dtype=np.int64), classes)))
+    rows = {k: np.flatnonzero(np.isin(np.asarray(getattr(splits, k).labels, dtype=np.int64), classes))
+            for k in ("train", "val", "test")}
+
+    def subset(k: str) -> ArraySet | FileSet | TextSet | TokenSet:
+        kept = getattr(splits, k).subset(rows[k])
         return dataclasses.replace(kept, labels=np.array([relabel[int(c)] for c in kept.labels], dtype=np.int64))
 
     digest = hashlib.sha256(f"{splits.split_hash}|classes={','.join(map(str, classes))}".encode()).hexdigest()[:12]
-    return Splits(subset(splits.train), subset(splits.val), subset(splits.test), len(classes), digest,
-                  splits.prepared)
+    examples = {k: (where, ids[rows[k]]) for k, (where, ids) in splits.examples.items()}
+    return Splits(subset("train"), subset("val"), subset("test"), len(classes), digest, splits.prepared, examples)

@@ -326,7 +326,7 @@ def window_rows(tokens: TokenSet, length: int, key: str = "dataset.window") -> n
     return np.flatnonzero(tokens.lengths() >= length).astype(np.int64)
 
 
-def windows(tokens: TokenSet, length: int, key: str = "dataset.window") -> np.ndarray:
+def windows(tokens: TokenSet, length: int, key: str = "dataset.window", rows: np.ndarray | None = None) -> np.ndarray:
     """Equal-length token windows without padding, for the plasticity pairs: ``int64 (M, length)``.
 
     The window of an example is its first ``length`` tokens (from its first token: [CLS] for BERT;
@@ -340,11 +340,13 @@ def windows(tokens: TokenSet, length: int, key: str = "dataset.window") -> np.nd
         tokens: A :class:`TokenSet`.
         length: Tokens per window, 1 .. the set's ``max_length``.
         key: The config key of ``length``, for the error messages.
+        rows: Only these examples (None: all; :func:`plasticity.measure.disjoint`).
 
     Raises:
         ValueError: A bad length, or no example long enough (naming ``key`` and ``dataset.max_length``).
     """
-    rows = window_rows(tokens, length, key)
+    long_enough = window_rows(tokens, length, key)
+    rows = long_enough if rows is None else np.intersect1d(long_enough, rows)
     if not len(rows):
         longest = int(tokens.lengths().max()) if len(tokens) else 0
         raise ValueError(

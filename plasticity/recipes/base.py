@@ -85,16 +85,19 @@ class AnalysisRecipe(RecipeBase):
     def setup_images(self) -> tuple["np.ndarray", "np.ndarray"]:
         """What the pairs are drawn from in the reference and downstream test splits
         (:func:`plasticity.measure.pair_inputs`): images decoded for the model's input side, or
-        token windows of ``dataset.window`` tokens."""
+        token windows of ``dataset.window`` tokens; never an example with its own copy
+        (:func:`plasticity.measure.disjoint`, said by :attr:`pairs_from`)."""
         from plasticity.data import DataSpec, load_splits
-        from plasticity.measure import pair_inputs
+        from plasticity.measure import disjoint, pair_inputs
 
         down = DataSpec.from_config(self.cfg)
         ref = down.replace(name=self.cfg.task.reference, limit=None, num_classes=None)
         for spec in (ref, down):  # every problem reported before anything is generated or loaded
             spec.check()
         window = self.cfg.dataset.get("window")
-        return pair_inputs(load_splits(ref).test, window), pair_inputs(load_splits(down).test, window)
+        ref, down = load_splits(ref), load_splits(down)
+        ref_rows, down_rows, self.pairs_from = disjoint(ref, down)
+        return pair_inputs(ref.test, window, ref_rows), pair_inputs(down.test, window, down_rows)
 
     def setup_net(self, num_classes: int = 10) -> "torch.nn.Module":
         """The model in eval mode on the task's device (the analyses never use its head)."""

@@ -87,7 +87,7 @@ class LinearProbe(RecipeBase):
         An unprepared JPEG train split is decoded lazily through the evaluation transform, like
         val and test (``task=prepare`` makes it fast).
         """
-        from plasticity.data import ArraySet, DataSpec, FileSet, Splits, load_splits
+        from plasticity.data import ArraySet, DataSpec, FileSet, load_splits
         from plasticity.models import image_size
 
         spec = DataSpec.from_config(self.cfg, img_size=image_size(net))
@@ -100,7 +100,7 @@ class LinearProbe(RecipeBase):
                         "Run `python launch.py task=prepare dataset=%s` once to make this fast.", spec.name,
                         spec.img_size, spec.name)
             train = ArraySet(EvalImages(splits.train, spec.img_size), splits.train.labels)
-            splits = Splits(train, splits.val, splits.test, splits.num_classes, splits.split_hash, splits.prepared)
+            splits = splits.kept(train=train)
         return splits
 
     @property

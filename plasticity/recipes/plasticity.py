@@ -74,7 +74,8 @@ class Plasticity(AnalysisRecipe):
         write_csv_atomic(self.run_dir / "plasticity.csv", rows, CSV_COLUMNS)
         order = ranking(rows)
         summary = {
-            "mode": task.mode, "pairing": task.pairing, "n_pairs": task.n_pairs, "distinct_pairs": distinct,
+            "mode": task.mode, "pairing": task.pairing, "pairs_from": self.pairs_from, "n_pairs": task.n_pairs,
+            "distinct_pairs": distinct,
             "reference": task.reference, "dataset": self.cfg.dataset.name, "model": self.cfg.model.name,
             "ranking": [{"group": g, "mean": m} for g, m in order],
         }
@@ -92,8 +93,8 @@ class Plasticity(AnalysisRecipe):
                      images={name: self.run_dir / f"{name}.png" for name in ("plasticity_distribution",
                                                                               "plasticity_depth")},
                      summary={f"plasticity/{g}": m for g, m in order})
-        return {k: summary[k] for k in ("mode", "pairing", "n_pairs", "distinct_pairs", "reference", "ranking",
-                                        "window_start") if k in summary}
+        return {k: summary[k] for k in ("mode", "pairing", "pairs_from", "n_pairs", "distinct_pairs", "reference",
+                                        "ranking", "window_start") if k in summary}
 
     def check_distinct(self, rows: list[dict]) -> None:
         """Pairs of identical images have no rate: none left is an error, some a warning."""
