@@ -88,9 +88,11 @@ run-text: setup
 	$(PY) -m plasticity.report.summary --outputs $(TEXT_OUT)
 	$(PY) launch.py task=report sweep_dir=$(TEXT_OUT) print_config=false
 
+# Under CI (CI set: .ci/run) a failed `make slurm` stops here and a skipped test fails the suite
+# (tests/conftest.py); elsewhere the SLURM tests skip, and pytest's last line says what was not checked.
 test: setup
 	-@$(MAKE) --no-print-directory data 2>/dev/null || echo "(no Fashion-MNIST: tests use fixtures)"
-	-@$(MAKE) --no-print-directory slurm || echo "(no SLURM packages: the SLURM tests skip)"
+	@$(MAKE) --no-print-directory slurm || { [ -z "$$CI" ] && echo "(no SLURM packages: the SLURM tests skip)"; }
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m "not gpu" -n 2 --dist loadfile
 
 test-gpu: setup

@@ -1,6 +1,8 @@
-"""Test setup: one thread (2 shared cores), offline hub and W&B, tiny random-init models."""
+"""Test setup: one thread (2 shared cores), offline hub and W&B, tiny random-init models; under CI
+(``CI`` set: ``.ci/run``) a skipped test fails the session, elsewhere one line says what was not checked."""
 
 import os
+from collections import Counter
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["HF_HUB_OFFLINE"] = "1"
@@ -51,6 +53,44 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(skip)
+
+
+def skip_reason(report) -> str:
+    """A skipped test's reason (pytest's ``(file, line, "Skipped: reason")``)."""
+    return str(report.longrepr[2]).removeprefix("Skipped: ")
+
+
+SKIPPED: dict[str, str] = {}
+"""The session's skipped tests: node id -> reason."""
+
+
+def pytest_runtest_logreport(report):
+    """Keeps each skipped test (in the controller, xdist's workers' reports included)."""
+    if report.skipped and not hasattr(report, "wasxfail"):
+        SKIPPED[report.nodeid] = skip_reason(report)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Under CI a skipped test fails the session: what CI promises was not checked (GPU tests are
+    deselected there, ``-m "not gpu"``, not skipped)."""
+    if os.environ.get("CI") and SKIPPED and not hasattr(session.config, "workerinput") \
+            and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Under CI, each skipped test and why; elsewhere one line: what was not checked and how to check it."""
+    if not SKIPPED:
+        return
+    write = terminalreporter.write_line
+    if os.environ.get("CI"):
+        write(f"CI: {len(SKIPPED)} test(s) skipped, and under CI no test may skip (failing):", red=True, bold=True)
+        for nodeid, reason in SKIPPED.items():
+            write(f"  {nodeid}: {reason}", red=True)
+        return
+    reasons = Counter(SKIPPED.values())
+    write("not checked here: " + "; ".join(f"{n} test{'s' * (n > 1)} ({reason})" for reason, n in reasons.items()),
+          yellow=True, bold=True)
 
 
 @pytest.fixture(scope="module")
