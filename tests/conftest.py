@@ -2,6 +2,8 @@
 (``CI`` set: ``.ci/run``) a skipped test fails the session, elsewhere one line says what was not checked."""
 
 import os
+import subprocess
+import tempfile
 from collections import Counter
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -91,6 +93,29 @@ def pytest_terminal_summary(terminalreporter):
     reasons = Counter(SKIPPED.values())
     write("not checked here: " + "; ".join(f"{n} test{'s' * (n > 1)} ({reason})" for reason, n in reasons.items()),
           yellow=True, bold=True)
+
+
+def mount_refused() -> str | None:
+    """Why this process cannot mount (None: it can), found by mounting a small tmpfs."""
+    if os.geteuid() != 0:
+        return "mounting needs root (not root here); run as root to include it"
+    with tempfile.TemporaryDirectory() as folder:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", folder], capture_output=True,
+                              text=True)
+        if done.returncode != 0:
+            first = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[0]  # the rest: a dmesg hint
+            return (f"mount refused though root (a user namespace or an unprivileged container): {first}; "
+                    "run as root on the host to include it")
+        subprocess.run(["umount", folder], check=True)
+    return None
+
+
+@pytest.fixture(scope="session")
+def mounting():
+    """For a test that mounts (a full tmpfs, a read-only bind): skips it, saying why, where mounting is refused."""
+    reason = mount_refused()
+    if reason:
+        pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
