@@ -62,10 +62,14 @@ def _end(proc: subprocess.Popen) -> None:
             proc.kill()
 
 
-def run(cmd: list[str], cwd, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+def run(cmd: list[str], cwd, env: dict[str, str], timeout: float = 600,
+        fresh: bool = False) -> subprocess.CompletedProcess:
     """``subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)`` for
-    ``cmd = [sys.executable, <launch.py>, *args]``, forked from the server."""
+    ``cmd = [sys.executable, <launch.py>, *args]``, forked from the server; ``fresh=True``: that
+    very call, a new interpreter (what the fork cannot show: hash seeds, import-time state, startup)."""
     assert cmd[0] == sys.executable and cmd[1] == LAUNCH, cmd
+    if fresh:
+        return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     with _lock, tempfile.TemporaryDirectory(prefix="forklaunch-") as tmp:
         out, err = Path(tmp) / "out", Path(tmp) / "err"
         server = _server(dict(env))
@@ -121,17 +125,40 @@ def _child(request: dict) -> None:
         os.environ.update(request["env"])
         sys.argv = list(request["argv"])
         sys.path[0] = str(ROOT)  # as for ``python launch.py``: the script's folder first
+        import atexit
         import runpy
 
+        # Exit handlers run last registered first: this one after every handler the launch registers.
+        atexit.register(_end_as_cpython)
+
         runpy.run_path(LAUNCH, run_name="__main__")
-    except KeyboardInterrupt:  # exit code 130, as the launches' callers expect
+    except KeyboardInterrupt:
         import traceback
 
         traceback.print_exc()
-        raise SystemExit(130) from None
+        _INTERRUPTED.append(True)
+        raise SystemExit(1) from None  # the code never shows: _end_as_cpython ends the process first
     # The end, a SystemExit or an uncaught exception leave through the interpreter's own exit, as in
     # ``python launch.py``: its traceback and code, then atexit handlers, finalizers and flushed streams.
     raise SystemExit(0)
+
+
+_INTERRUPTED: list[bool] = []
+
+
+def _end_as_cpython() -> None:
+    """CPython's end for an uncaught KeyboardInterrupt: the exit handlers, then death by SIGINT (exit
+    code -2, what a shell reads as 130). The handlers the server registered at import would run after
+    this one: logging's (flush and close the log files) is run here."""
+    if not _INTERRUPTED:
+        return
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _serve() -> None:
