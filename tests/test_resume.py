@@ -10,6 +10,7 @@ The end-to-end cases are real launches (subprocesses) with a fault injected by
 
 from __future__ import annotations
 
+import csv
 import errno
 import json
 import os
@@ -32,20 +33,24 @@ from tests import forklaunch
 
 ROOT = Path(__file__).resolve().parents[1]
 # 160 train images / 16 = 10 optimizer steps an epoch (2 micro-batches each); a validation and a
-# checkpoint every 5 steps: at step 5 (inside the first epoch), 10 (its end) and 15 (inside the
-# second). With augmentation: its crops and flips come from the generators the checkpoint saves.
-RUN = ["component=fc1", "optimizer.lr=0.1", "task.max_steps=17", "task.warmup_steps=2", "task.val_every=5",
+# checkpoint every 5 steps: at step 5 (inside the first epoch), 10 (its end), 15 (inside the second)
+# and 20 (the last: last.ckpt holds the final weights). With augmentation: its crops and flips come
+# from the generators the checkpoint saves.
+RUN = ["component=fc1", "optimizer.lr=0.1", "task.max_steps=20", "task.warmup_steps=2", "task.val_every=5",
        "task.batch_size=16", "task.micro_batch_size=8", "dataset.augment=true"]
 COLUMNS = ["train/loss", "lr", "grad_norm/fc1", "grad_norm/head", "val/acc", "val/loss"]
-SAME = ("status", "best_val_acc", "test_acc", "test_loss", "best_step", "steps", "split_hash")
+# What may differ between two launches of one run: where it ran, how long it took, whether it resumed.
+UNEQUAL = {"run_dir", "train_s", "wall_s", "resumed"}
 
 
-def launch(cwd: Path, data_dir: Path, *overrides: str, output: Path | None = None) -> subprocess.CompletedProcess:
+def launch(cwd: Path, data_dir: Path, *overrides: str, output: Path | None = None,
+           fresh: bool = False) -> subprocess.CompletedProcess:
+    """``python launch.py`` on the run: forked (tests/forklaunch.py) or, ``fresh``, a new interpreter."""
     cwd.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     cmd = [sys.executable, str(ROOT / "launch.py"), "debug=tiny", f"paths.data_dir={data_dir}", *RUN, *overrides,
            *([f"paths.output_dir={output}"] if output else [])]
-    return forklaunch.run(cmd, cwd=cwd, env=env, timeout=600)
+    return forklaunch.run(cmd, cwd=cwd, env=env, timeout=600, fresh=fresh)
 
 
 def fault(signal: str, at: str, step: int) -> list[str]:
@@ -65,11 +70,42 @@ def weights(path: Path) -> dict[str, torch.Tensor]:
     return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
 
 
-def assert_same_run(whole: Path, resumed: Path) -> None:
-    """Everything the report reads, bit for bit: record, every metric row, both checkpoints' weights."""
+def rows(path: Path) -> dict[str, list[tuple[int, str]]]:
+    """One metrics file's (step, value) per column, as written (the value's text: compared bit for bit)."""
+    with open(path, newline="") as f:
+        table = list(csv.DictReader(f))
+    return {c: [(int(r["step"]), r[c]) for r in table if r.get(c)] for c in COLUMNS}
+
+
+def assert_rows_match(whole: Path, part: Path) -> dict[str, set[int]]:
+    """Every row of one metrics file (a part, read before a relaunch can touch it) equals the
+    uninterrupted run's row at the same step, each step once in it; returns its steps per column."""
+    reference = {c: dict(r) for c, r in rows(whole / "metrics.csv").items()}
+    steps = {}
+    for column, got in rows(part).items():
+        assert len({s for s, _ in got}) == len(got), (part.name, column)  # no step twice in one file
+        assert got == [(s, reference[column].get(s)) for s, _ in got], (part.name, column)
+        steps[column] = {s for s, _ in got}
+    return steps
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = weights(a), weights(b)
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), b
+
+
+def assert_same_record(a: dict, b: dict) -> None:
+    """Every field but where and how long it ran (and whether it resumed)."""
+    assert a.keys() == b.keys()
+    assert {k: v for k, v in a.items() if k not in UNEQUAL} == {k: v for k, v in b.items() if k not in UNEQUAL}
+
+
+def assert_same_run(whole: Path, resumed: Path, resumed_flag: bool = True) -> None:
+    """Everything the report reads, bit for bit: record, every metric row at its step, both
+    checkpoints' weights (last.ckpt: the final step's)."""
     a, b = record(whole), record(resumed)
-    assert {k: a[k] for k in SAME} == {k: b[k] for k in SAME}
-    assert b["resumed"] is True and a["resumed"] is False
+    assert_same_record(a, b)
+    assert b["resumed"] is resumed_flag and a["resumed"] is False and b["steps"] == 20
     ma, _ = read_metrics(whole, COLUMNS)
     mb, problems = read_metrics(resumed, COLUMNS)
     assert not problems
@@ -78,15 +114,15 @@ def assert_same_run(whole: Path, resumed: Path) -> None:
         assert ma[column][0].tolist() == mb[column][0].tolist(), column  # the steps: each once
         assert ma[column][1].tolist() == mb[column][1].tolist(), column  # the values: bit for bit
     for name in ("last.ckpt", "best.ckpt"):
-        wa, wb = weights(whole / "checkpoints" / name), weights(resumed / "checkpoints" / name)
-        assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), name
+        assert_same_weights(whole / "checkpoints" / name, resumed / "checkpoints" / name)
+    assert torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 20
 
 
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory, data_dir) -> Path:
-    """The uninterrupted run."""
+    """The uninterrupted run, in a new interpreter (the resumed runs it is compared with are forked)."""
     root = tmp_path_factory.mktemp("whole")
-    proc = launch(root, data_dir)
+    proc = launch(root, data_dir, fresh=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_dir(root / "outputs")
 
@@ -252,8 +288,8 @@ def test_an_interrupted_record_resumes(tmp_path):
 # ------------------------------------------------------------------------ faults in real runs
 
 
-# One run stopped four times in a row, each stop of another kind; each relaunch resumes where the
-# one before left a complete checkpoint: (fault, exit code, the step the next launch resumes from).
+# One run stopped four times in a row, each stop of another kind; each relaunch resumes from the
+# newest complete checkpoint, last.ckpt: (fault, exit code, the step the next launch resumes from).
 STOPS = [
     (("KILL", "checkpoint", 5), -9, 5),      # at a checkpoint inside the first epoch
     (("KILL", "write", 10), -9, 5),          # during the checkpoint write at the epoch's end: 5 stays the last
@@ -264,13 +300,14 @@ STOPS = [
 
 @pytest.mark.slow
 def test_a_run_stopped_again_and_again_resumes_to_the_uninterrupted_result(tmp_path, data_dir, whole):
-    run, resumed_from = run_dir(tmp_path / "outputs"), None
+    run, resumed_from, seen = run_dir(tmp_path / "outputs"), None, {c: set() for c in COLUMNS}
     for (signal, at, step), code, resumes_from in STOPS:
         cut = launch(tmp_path, data_dir, *fault(signal, at, step))
         out = cut.stdout + cut.stderr
         assert cut.returncode == code, out[-3000:]
         if resumed_from is not None:
-            assert f"resuming an interrupted run from step {resumed_from} of 17" in out
+            assert f"resuming an interrupted run from step {resumed_from} of 20 ({run / 'checkpoints' / 'last.ckpt'})" \
+                in out
         if signal == "KILL":
             assert not (run / "result.json").exists()
         else:  # recorded: interrupted, where it got to and where it resumes
@@ -280,22 +317,21 @@ def test_a_run_stopped_again_and_again_resumes_to_the_uninterrupted_result(tmp_p
             assert "Traceback" not in out
         if at == "write":  # the killed write's temporary file; last.ckpt is still the step-5 checkpoint
             assert list((run / "checkpoints").glob(".last.*.ckpt")) or list((run / "checkpoints").glob(".best.*"))
+        assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == resumes_from
+        # This launch's rows, before the relaunch moves them to a part: each equals the uninterrupted run's.
+        for column, steps in assert_rows_match(whole, run / "metrics.csv").items():
+            seen[column] |= steps
         resumed_from = resumes_from
-    # Last, last.ckpt cut short (a copy that died half-way): the run falls back to best.ckpt.
-    best_step = torch.load(run / "checkpoints" / "best.ckpt", weights_only=True)["global_step"]
-    last = run / "checkpoints" / "last.ckpt"
-    data = last.read_bytes()
-    last.write_bytes(data[: len(data) // 3])
-    resumed = launch(tmp_path, data_dir)
+    resumed = launch(tmp_path, data_dir, fresh=True)  # the last part in a new interpreter
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     out = resumed.stdout + resumed.stderr
-    assert "cannot resume from" in out and "moved it to last.ckpt.unreadable-" in out
-    assert f"resuming an interrupted run from step {best_step} of 17" in out
+    assert f"resuming an interrupted run from step 15 of 20 ({run / 'checkpoints' / 'last.ckpt'})" in out
     assert "not resumable" not in out  # Lightning's warning: the loader is resumable now
     assert not list((run / "checkpoints").glob(".*"))  # the killed write's temporary file is gone
-    (aside,) = (run / "checkpoints").glob("last.ckpt.unreadable-*")
-    assert aside.read_bytes() == data[: len(data) // 3]  # moved, never deleted
-    assert len(list(run.glob("metrics.part*.csv"))) == 4  # one part a resume, read as one with metrics.csv
+    for column, steps in assert_rows_match(whole, run / "metrics.csv").items():
+        seen[column] |= steps
+    assert seen == {c: {s for s, _ in r} for c, r in rows(whole / "metrics.csv").items()}  # every step checked
+    assert [p.name for p in metrics_files(run)] == [f"metrics.part{k}.csv" for k in range(4)] + ["metrics.csv"]
     assert_same_run(whole, run)
 
 
@@ -305,29 +341,27 @@ def test_with_no_readable_checkpoint_the_run_restarts_and_ends_the_same(tmp_path
     assert cut.returncode == -9
     run = run_dir(tmp_path / "outputs")
     last = run / "checkpoints" / "last.ckpt"
-    size = last.stat().st_size
-    last.write_bytes(os.urandom(size))
+    data = last.read_bytes()
+    last.write_bytes(data[: len(data) // 3])  # a copy that died half-way
     (run / "checkpoints" / "best.ckpt").write_bytes(b"\0" * 100)
+    assert_rows_match(whole, run / "metrics.csv")
     resumed = launch(tmp_path, data_dir)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     out = resumed.stdout + resumed.stderr
     assert "cannot resume from" in out and "no readable checkpoint left" in out and "restarts from step 0" in out
-    a, b = record(whole), record(run)
-    assert {k: a[k] for k in SAME} == {k: b[k] for k in SAME} and b["resumed"] is False
+    (aside,) = (run / "checkpoints").glob("last.ckpt.unreadable-*")
+    assert aside.read_bytes() == data[: len(data) // 3]  # moved, never deleted
     assert len(list((run / "checkpoints").glob("*.unreadable-*"))) == 2
-    ma, mb = read_metrics(whole, COLUMNS)[0], read_metrics(run, COLUMNS)[0]
-    assert all(ma[c][1].tolist() == mb[c][1].tolist() for c in COLUMNS)  # the replayed steps: the same values
+    assert_rows_match(whole, run / "metrics.csv")  # the replayed steps: the same rows
+    assert_same_run(whole, run, resumed_flag=False)
 
 
 @pytest.fixture
-def small_disk(tmp_path):
+def small_disk(tmp_path, mounting):
     """A 700 KiB tmpfs: room for the first checkpoints (about 300 KB each), not for the next write."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", str(mount)], check=True)
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
@@ -347,18 +381,16 @@ def test_a_full_disk_stops_the_run_cleanly_and_a_relaunch_with_room_resumes(tmp_
     subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)  # the user frees space
     resumed = launch(tmp_path, data_dir, output=output)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming an interrupted run from step 5 of 17" in resumed.stdout + resumed.stderr
+    assert "resuming an interrupted run from step 5 of 20" in resumed.stdout + resumed.stderr
     assert_same_run(whole, run)
 
 
 @pytest.mark.slow
-def test_a_folder_turned_read_only_stops_the_run_and_a_relaunch_resumes(tmp_path, data_dir, whole):
+def test_a_folder_turned_read_only_stops_the_run_and_a_relaunch_resumes(tmp_path, data_dir, whole, mounting):
     run = run_dir(tmp_path / "outputs")
     try:
         cut = launch(tmp_path, data_dir, "+callbacks.fault._target_=tests.faults.ReadOnly", "+callbacks.fault.step=7")
         out = cut.stdout + cut.stderr
-        if "mount" in out and "permission denied" in out.lower():
-            pytest.skip("cannot bind-mount here (needs root)")
         assert cut.returncode == 1 and "Traceback" not in out, out[-3000:]
         assert f"run stopped: the file system is read-only writing {run}" in out
         assert "could not record the run" in out and not (run / "result.json").exists()  # nowhere to record
@@ -366,7 +398,7 @@ def test_a_folder_turned_read_only_stops_the_run_and_a_relaunch_resumes(tmp_path
         subprocess.run(["umount", "-l", str(run)], check=False)  # writable again
     resumed = launch(tmp_path, data_dir)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resuming an interrupted run from step 5 of 17" in resumed.stdout + resumed.stderr
+    assert "resuming an interrupted run from step 5 of 20" in resumed.stdout + resumed.stderr
     assert_same_run(whole, run)
 
 
