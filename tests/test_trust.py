@@ -24,8 +24,8 @@ def command(data_dir, *overrides, multirun=False, base=("debug=tiny",)):
             f"paths.data_dir={data_dir}", *overrides]
 
 
-def launch(cwd, data_dir, *overrides, multirun=False, base=("debug=tiny",)):
-    return forklaunch.run(command(data_dir, *overrides, multirun=multirun, base=base), cwd=cwd, env=ENV, timeout=600)
+def launch(cwd, data_dir, *overrides, multirun=False, base=("debug=tiny",), env=ENV):
+    return forklaunch.run(command(data_dir, *overrides, multirun=multirun, base=base), cwd=cwd, env=env, timeout=600)
 
 
 def run_dir(root, component="mha", lr=0.01, seed=0, optimizer="sgd"):
@@ -170,10 +170,10 @@ BAD = [
 
 @pytest.mark.parametrize("name, overrides, messages", BAD, ids=[b[0] for b in BAD])
 def test_bad_input_is_caught_before_compute(tmp_path, data_dir, name, overrides, messages):
-    if name == "gpu" and torch.cuda.is_available():
-        pytest.skip("this machine has CUDA: trainer=gpu is valid here")
     overrides = [o.replace("{tmp}", str(tmp_path)) for o in overrides]
-    proc = launch(tmp_path, data_dir, *overrides)
+    # trainer=gpu on a machine without a GPU: on one with CUDA, its GPUs hidden from the launch.
+    env = {**ENV, "CUDA_VISIBLE_DEVICES": ""} if name == "gpu" and torch.cuda.is_available() else ENV
+    proc = launch(tmp_path, data_dir, *overrides, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     for message in messages:
