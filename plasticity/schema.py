@@ -102,6 +102,25 @@ class TextData(ImageData):
 
 
 @dataclass
+class FolderData(ImageData):
+    root: str
+    skip_unreadable: bool
+
+
+@dataclass
+class TableData(TextData):
+    path: str
+    text_column: str
+    label_column: str
+    split_column: Optional[str]
+    corruption: Optional[Literal["typos", "word_drop", "word_shuffle"]]  # plasticity.data.text's TEXT_CORRUPTIONS
+
+
+USER_DATA = {"folder": FolderData, "table": TableData}
+"""The user's own datasets (``dataset=folder``, ``dataset=table``), by their name's prefix (``folder:<root>``)."""
+
+
+@dataclass
 class Auto:
     reference: str
     n_pairs: int = rule(gt=0)
@@ -303,11 +322,13 @@ class Root:
 def variants(tree: Mapping) -> dict[str, type]:
     """The schema of the nodes whose keys depend on a value: the task, the adapter, the component and
     the dataset's modality."""
-    from plasticity.data import DATASETS, modality
+    from plasticity.data import is_dataset, modality
 
     task, data, adapter, component = (name_of(tree.get(k)) for k in ("task", "dataset", "adapter", "component"))
-    return {"task": TASKS.get(task, Any), "dataset": TextData if data in DATASETS and modality(data) == "text"
-            else ImageData, "adapter": NoAdapter if adapter in (None, "none") else Lora,
+    text = data is not None and is_dataset(data) and modality(data) == "text"
+    return {"task": TASKS.get(task, Any), "dataset": USER_DATA.get(str(data).partition(":")[0] if ":" in str(data)
+                                                                    else None, TextData if text else ImageData),
+            "adapter": NoAdapter if adapter in (None, "none") else Lora,
             "component": AutoComponent if component == "auto" else Component}
 
 

@@ -123,20 +123,20 @@ def check_dataset_values(data: DictConfig, p: Problems) -> None:
 
 
 def _classes_problems(name: str, classes: Any, num_classes: Any) -> list[str]:
-    from plasticity.data import DATASETS
+    from plasticity.data import is_dataset
     from plasticity.data.splits import check_classes
 
     classes = list(classes) if classes is not None else None
-    return check_classes(name, classes, num_classes) if name in DATASETS else []
+    return check_classes(name, classes, num_classes) if is_dataset(name) else []
 
 
 def check_dataset(cfg: DictConfig, p: Problems, name: str, key: str = "dataset", trains: bool = False) -> None:
     """A dataset name (``dataset`` or ``task.reference``) and its files (headers only)."""
-    from plasticity.data import DATASETS
+    from plasticity.data import DATASETS, is_dataset
     from plasticity.data.sources import train_problem
 
     if p.names(f"{key}.name" if key == "dataset" else key) or not p.require(
-            name in DATASETS, _unknown_dataset(name, key, DATASETS)):
+            is_dataset(name), _unknown_dataset(name, key, DATASETS)):
         return
     if not p.require(not (problem := modality_problem(cfg, name, key) or trains and train_problem(name)), problem):
         return
@@ -146,10 +146,10 @@ def check_dataset(cfg: DictConfig, p: Problems, name: str, key: str = "dataset",
 
 def inputs_status(cfg: DictConfig, sections: tuple[str, ...]) -> tuple[str, str]:
     """For a dry run: a job's data and weights, ``ok`` or the problem (``ok`` without that recipe section)."""
-    from plasticity.data import DATASETS
+    from plasticity.data import is_dataset
 
     names = [cfg.dataset.name] + ([cfg.task.reference] if "reference" in cfg.task else [])
-    found = [problem for name in names if name in DATASETS and "dataset" in sections
+    found = [problem for name in names if is_dataset(name) and "dataset" in sections
              for problem in data_problems(_spec(cfg, name))]
     data = "; ".join(found) or "ok"
     if not cfg.model.weights_file:
@@ -184,7 +184,8 @@ def _spec(cfg: DictConfig, name: str):
 def _unknown_dataset(name: str, key: str, choices) -> str:
     near = closest(str(name), sorted(choices))
     return (f"{key}={name!r} is not a dataset.{f' Did you mean {near}?' if near else ''} Choices: "
-            f"{', '.join(sorted(choices))}. Fix: {key}=<one of them>.")
+            f"{', '.join(sorted(choices))}; your own: folder:<root> (dataset=folder dataset.root=<root>) or "
+            f"table:<path> (dataset=table dataset.path=<path>). Fix: {key}=<one of them>.")
 
 
 # ----------------------------------------------------------------------------------- callbacks

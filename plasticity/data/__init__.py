@@ -5,7 +5,7 @@ The layers, each depending only on the ones above it (no import cycle):
 - :mod:`~plasticity.data.corruptions`: six Cifar10-C corruptions (to build Fashion-MNIST-C);
 - :mod:`~plasticity.data.text`: raw texts, their corruptions, token ids (cached) and windows;
 - :mod:`~plasticity.data.sources`: one reader per on-disk format, registered by dataset name
-  (:func:`modality`: ``"image"`` or ``"text"``);
+  (:func:`modality`: ``"image"`` or ``"text"``), and the user's own (``folder:<root>``, ``table:<path>``);
 - :mod:`~plasticity.data.images`: the JPEG path (PIL decode + torchvision transforms);
 - :mod:`~plasticity.data.splits`: the paper's train/val/test protocol and the split hash;
 - :mod:`~plasticity.data.prepared`: JPEG sets decoded once into memory-mapped arrays;
@@ -27,13 +27,13 @@ Example:
 """
 
 from plasticity.data.text import PAD, TEXT_CORRUPTIONS, TextSet, TokenSet, window_rows, windows
-from plasticity.data.sources import (NUM_SEVERITIES, SOURCES, ArraySet, DataError, FileSet, Source, modality, source,
-                                     text_problems)
+from plasticity.data.sources import (NUM_SEVERITIES, SOURCES, ArraySet, DataError, FileSet, Source, is_dataset,
+                                     modality, source, text_problems)
 from plasticity.data.splits import DATASETS, Splits, official_splits, split_indices
 from plasticity.data.prepared import open_prepared, prepare, prepared_path, prepared_root
 from plasticity.data.spec import DataSpec, check_text_spec, load_splits
 
 __all__ = ["DATASETS", "NUM_SEVERITIES", "PAD", "SOURCES", "TEXT_CORRUPTIONS", "ArraySet", "DataError", "DataSpec",
-           "FileSet", "Source", "Splits", "TextSet", "TokenSet", "check_text_spec", "load_splits", "modality",
+           "FileSet", "Source", "Splits", "TextSet", "TokenSet", "check_text_spec", "is_dataset", "load_splits", "modality",
            "official_splits", "open_prepared", "prepare", "prepared_path", "prepared_root", "source", "split_indices",
            "text_problems", "window_rows", "windows"]

@@ -43,6 +43,9 @@ import bz2
 import csv
 import functools
 import gzip
+import hashlib
+import logging
+import os
 import pickle
 import sysconfig
 import zlib
@@ -57,8 +60,9 @@ from plasticity.data.text import TEXT_CORRUPTIONS, TextSet, check_max_length, ch
 from plasticity.runs.io import atomic_path
 from plasticity.text.hub import package_folder
 
-__all__ = ["NUM_SEVERITIES", "SOURCES", "ArraySet", "DataError", "FileSet", "Source", "TextCorpus", "check_severity",
-           "generate_fashion_mnist_c", "modality", "read_c_layout", "source", "text_problems", "train_problem"]
+__all__ = ["NUM_SEVERITIES", "SOURCES", "ArraySet", "DataError", "FileSet", "Folder", "Source", "Table", "TextCorpus",
+           "check_severity", "generate_fashion_mnist_c", "is_dataset", "modality", "read_c_layout", "source",
+           "text_problems", "train_problem", "user_source"]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
@@ -480,6 +484,118 @@ class ImageFolder(Source):
         return {self.split: FileSet(root, tuple(files), np.asarray(labels, dtype=np.int64))}
 
 
+# ----------------------------------------------------------------------------- the user's own data
+
+USER_SPLITS = ("train", "val", "test")
+"""The split names of a user's own splits (``root/<split>/`` folders, a table's split column)."""
+_UNSET = ("", "None", "none", "null")  # a null option as the name spells it (``${dataset.split_column}`` of null)
+log = logging.getLogger(__name__)
+
+
+def _is_image(path: Path) -> bool:
+    """Whether PIL can identify ``path`` (its header only: nothing decoded)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path):
+            return True
+    except (UnidentifiedImageError, OSError):
+        return False
+
+
+@functools.lru_cache(maxsize=8)
+def _scan_folder(root: Path, stamp: tuple) -> dict[str, Any]:
+    """A folder dataset's parts (``{"all"}``, or the user's ``{train, [val,] test}``), classes, empty classes and
+    unreadable files, scanned once per version of its files (``stamp``)."""
+    subs = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    user = set(subs) <= set(USER_SPLITS) and bool(subs)
+    folders = {s: root / s for s in subs} if user else {"all": root}
+    classes = sorted({c.name for f in folders.values() for c in f.iterdir() if c.is_dir() and not c.name.startswith(".")})
+    parts, unreadable, counts = {}, [], dict.fromkeys(classes, 0)
+    for part, folder in folders.items():
+        files, labels = [], []
+        for label, cls in enumerate(classes):
+            for path in sorted(p for p in (folder / cls).rglob("*") if p.is_file() and not p.name.startswith(".")):
+                ok = path.suffix.lower() in IMAGE_SUFFIXES + (".gif", ".tif", ".tiff") and _is_image(path)
+                (files if ok else unreadable).append(str(path.relative_to(root)))
+                labels += [label] * ok
+                counts[cls] += ok
+        parts[part] = (tuple(files), np.asarray(labels, dtype=np.int64))
+    return {"parts": parts, "classes": classes, "empty": [c for c, n in counts.items() if not n],
+            "unreadable": unreadable, "layout": sorted(folders) if user else None}
+
+
+def _same_files(root: Path, a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    """How many files of ``b`` have the same bytes as one of ``a`` (only files of a size both hold are read)."""
+    size = lambda f: (root / f).stat().st_size  # noqa: E731
+    digest = lambda f: hashlib.sha256((root / f).read_bytes()).digest()  # noqa: E731
+    common = {size(f) for f in a} & {size(f) for f in b}
+    seen = {digest(f) for f in a if size(f) in common}
+    return sum(digest(f) in seen for f in b if size(f) in common)
+
+
+def _warn_duplicates(name: str, count: int, what: str) -> None:
+    if count:
+        log.warning("%s: %d test %s also in the training split: the test accuracy overstates what the model "
+                    "learnt. Fix: remove them from one of the two.", name, count, what)
+
+
+class Folder(ImageFolder):
+    """``dataset=folder``: the user's images in class folders, ``<root>/<class>/<image>`` (split by the 80/20
+    protocol) or ``<root>/{train,[val,]test}/<class>/<image>`` (the user's splits; without ``val/``, 20 % of
+    ``train``); classes sorted by name. Named ``folder:<root>[?skip_unreadable=true]`` (:func:`source`).
+
+    Args:
+        name: The dataset name.
+        root: The folder (relative to the working directory, or absolute).
+        skip_unreadable: Leave out the files that are not images (else they are an error naming them).
+    """
+
+    split, reference_only = "all", False
+    layout = "one folder per class holding its images (<class>/<image>), or train/, test/ (and val/) holding them"
+    fetch = "Fix: dataset.root=<a folder of class folders>."
+
+    def __init__(self, name: str, root: str, skip_unreadable: bool = False) -> None:
+        self.name, self.root, self.skip_unreadable = name, Path(root).expanduser().resolve(), skip_unreadable
+        self.folder, self.identity = str(self.root), f"folder:{self.root}"  # absolute: path() is the root itself
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes())
+
+    def scan(self) -> dict[str, Any]:
+        """The folder's parts, classes and problems; raises DataError for a root that is no dataset."""
+        if not self.root.is_dir():
+            raise self.error(None, f"dataset.root={str(self.root)!r} does not exist")
+        scan = _scan_folder(self.root, _stamp(self.root))
+        if len(scan["classes"]) < 2:
+            raise self.error(None, f"{len(scan['classes'])} class folder(s) {scan['classes']}: a classifier needs 2 "
+                                   f"or more")
+        if scan["layout"] and not {"train", "test"} <= set(scan["layout"]):
+            raise self.error(None, f"split folders {scan['layout']} without both train/ and test/")
+        if scan["empty"]:
+            raise self.error(None, f"the class folder(s) {scan['empty']} hold no image")
+        return scan
+
+    def classes(self, data_dir: Path | None = None) -> list[str]:
+        return self.scan()["classes"]
+
+    def error(self, data_dir: str | Path | None, problem: str) -> DataError:
+        return DataError(f"{self.name}: {problem}. Expected {self.layout} in {self.root}. {self.fetch}")
+
+    def _check(self, data_dir: Path) -> None:
+        if (bad := self.scan()["unreadable"]) and not self.skip_unreadable:
+            raise self.error(None, f"{len(bad)} file(s) are not readable images ({', '.join(bad[:5])}"
+                                   f"{', ...' if len(bad) > 5 else ''}); fix: remove them, or set "
+                                   f"dataset.skip_unreadable=true to leave them out")
+
+    def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
+        parts = {k: FileSet(self.root, *v) for k, v in self.scan()["parts"].items()}
+        if "test" in parts:
+            _warn_duplicates(self.name, _same_files(self.root, parts["train"].files, parts["test"].files), "images")
+        return parts
+
+
 # ----------------------------------------------------------------------------- Flowers102
 
 
@@ -707,6 +823,155 @@ def _corrupted(clean: TextCorpus, corruption: str, severity: int, stamp: tuple) 
     return TextSet(corrupt_texts(texts.texts, clean.name, corruption, severity), texts.labels)
 
 
+class Table(TextCorpus):
+    """``dataset=table``: the user's texts and labels in a CSV, JSON Lines or Parquet file, a ``save_to_disk``
+    folder or a hub dataset (``hf:<id>``), read with the ``datasets`` library; labels (integers or strings)
+    mapped to their sorted order; the user's splits from a split column (``train``, ``val``, ``test``) or a
+    saved dataset's splits, else the 80/20 protocol. Named
+    ``table:<path>[?text=<column>&label=<column>&split=<column>&corruption=<name>]`` (:func:`source`).
+
+    Args:
+        name: The dataset name.
+        location: The file or folder (relative to the working directory, or absolute), or ``hf:<dataset id>``.
+        text, label, split: The text, label and (None: no) split columns.
+        corruption: A text corruption (:data:`~plasticity.data.text.TEXT_CORRUPTIONS`) applied at the run's
+            severity, or None.
+    """
+
+    requires = ()
+    fetch = ("Fix: dataset.path=<a .csv, .jsonl, .json or .parquet file, or a folder written by datasets' "
+             "save_to_disk> (or hf:<dataset id>).")
+
+    def __init__(self, name: str, location: str, text: str = "text", label: str = "label", split: str | None = None,
+                 corruption: str | None = None) -> None:
+        if corruption is not None:
+            from plasticity.data.text import check_corruption
+
+            check_corruption(corruption)
+        hub = location.startswith("hf:")
+        self.name, self.location = name, location if hub else str(Path(location).expanduser().resolve())
+        self.columns, self.corruption = (text, label, split), corruption
+        # The clean table's examples: a corrupted copy holds the same ones (plasticity.measure pairs them).
+        self.identity = f"table:{self.location}?text={text}&label={label}&split={split}"
+        self.layout = f"a table with the columns {text!r} (texts) and {label!r} (labels)" + (
+            f" and {split!r} (train, val or test)" if split else "")
+
+    def path(self, data_dir: str | Path | None = None) -> Path:
+        return Path(self.location)
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return self.table()[1]
+
+    def table(self) -> tuple[dict[str, TextSet], tuple[str, ...]]:
+        """The table's parts and class names (read once per process and version of its files)."""
+        hub = self.location.startswith("hf:")
+        if not hub and not self.path().exists():
+            raise DataError(f"{self.name}: dataset.path={self.location!r} does not exist. {self.fetch}")
+        return _read_table(self.name, self.location, *self.columns, () if hub else _stamp(self.path()))
+
+    def _check(self, data_dir: Path) -> None:
+        self.table()
+
+    def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
+        parts = self.table()[0]
+        if "test" in parts:
+            train = set(parts["train"].texts)
+            _warn_duplicates(self.name, sum(t in train for t in parts["test"].texts), "texts")
+        if self.corruption is None:
+            return parts
+        return {k: TextSet(corrupt_texts(v.texts, f"{self.identity}/{k}", self.corruption, int(severity)), v.labels)
+                for k, v in parts.items()}
+
+
+_HF_SPLITS = {"train": "train", "val": "val", "validation": "val", "dev": "val", "test": "test"}
+"""A saved or hub dataset's split names -> the user's splits."""
+
+
+def _load_table(name: str, location: str) -> dict[str, dict[str, list]]:
+    """The table's columns (split name -> column -> values; a single table's split name is ``""``)."""
+    import tempfile
+
+    import datasets  # only on the table path
+
+    datasets.disable_progress_bars()
+    path, kinds = Path(location), {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+    with tempfile.TemporaryDirectory() as cache:  # a local file's arrow cache: nothing left behind
+        try:
+            if location.startswith("hf:"):
+                loaded = datasets.load_dataset(location[3:])
+            elif path.is_dir():
+                loaded = datasets.load_from_disk(str(path), keep_in_memory=True)
+            elif path.suffix.lower() in kinds:
+                extra = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
+                loaded = datasets.load_dataset(kinds[path.suffix.lower()], data_files=str(path), split="train",
+                                               cache_dir=cache, keep_in_memory=True, **extra)
+            else:
+                raise DataError(f"{name}: {location} is not a table datasets reads ({', '.join(kinds)} or a "
+                                f"save_to_disk folder). Fix: convert it, e.g. to CSV.")
+        except DataError:
+            raise
+        except Exception as err:  # the library's own: unreadable file, no hub, ...
+            offline = location.startswith("hf:") and any(os.environ.get(k, "").lower() in ("1", "true", "yes", "on")
+                                                        for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+            why = ("the hub is unreachable (HF_HUB_OFFLINE or HF_DATASETS_OFFLINE is set) and no cached copy exists"
+                   if offline else f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+            raise DataError(f"{name}: cannot read {location} ({why}). Fix: " + (
+                "run once online, or save it with datasets' save_to_disk and set dataset.path=<that folder>."
+                if offline else "check the file; datasets reads CSV, JSON Lines, Parquet and save_to_disk folders.")
+                            ) from None
+        tables = loaded if isinstance(loaded, datasets.DatasetDict) else {"": loaded}
+        return {split: table.to_dict() for split, table in tables.items()}
+
+
+@functools.lru_cache(maxsize=8)
+def _read_table(name: str, location: str, text: str, label: str, split: str | None,
+                stamp: tuple) -> tuple[dict[str, TextSet], tuple[str, ...]]:
+    """A table read, checked and split into its parts, once per version of its files (``stamp``)."""
+    from plasticity.errors import did_you_mean
+
+    tables = _load_table(name, location)
+    if unknown := sorted(set(tables) - {"", *_HF_SPLITS}):
+        raise DataError(f"{name}: {location} has the splits {unknown}; the known ones are {list(_HF_SPLITS)}. Fix: "
+                        f"rename them, or save one table with a split column (dataset.split_column).")
+    rows = {c: [v for t in tables.values() for v in t.get(c, [])] for c in (text, label, split) if c}
+    where = [_HF_SPLITS.get(s, "") for s, t in tables.items() for _ in range(len(next(iter(t.values()), [])))]
+    present = sorted({c for t in tables.values() for c in t})
+    for key, column in (("text_column", text), ("label_column", label), ("split_column", split)):
+        if column and not all(column in t for t in tables.values()):
+            close = did_you_mean(column, present)
+            raise DataError(f"{name}: {location} has no column {column!r} (dataset.{key}); its columns: "
+                            f"{', '.join(present)}.{f' Did you mean {close[0]}?' if close else ''} "
+                            f"Fix: dataset.{key}=<one of them>.")
+    if empty := [i for i, t in enumerate(rows[text]) if not isinstance(t, str) or not t.strip()]:
+        raise DataError(f"{name}: the text column {text!r} has {len(empty)} empty row(s) (rows {empty[:5]}). "
+                        f"Fix: remove them.")
+    values = rows[label]
+    kind = lambda v: "str" if isinstance(v, str) else "int" if isinstance(v, (int, np.integer)) and not isinstance(
+        v, bool) else type(v).__name__  # noqa: E731
+    if (found := sorted({kind(v) for v in values})) not in (["int"], ["str"]):
+        raise DataError(f"{name}: the label column {label!r} must hold integers or strings, one kind; it holds "
+                        f"{' and '.join(found)} values (row {next(i for i, v in enumerate(values) if kind(v) != found[0])}"
+                        f": {values[next(i for i, v in enumerate(values) if kind(v) != found[0])]!r}). "
+                        f"Fix: a column of class names or of class ids.")
+    classes = sorted(set(values))
+    ids = {c: i for i, c in enumerate(classes)}
+    labels, texts = np.array([ids[v] for v in values], dtype=np.int64), tuple(rows[text])
+    if split:
+        where = [str(v) for v in rows[split]]
+        if unknown := sorted(set(where) - set(USER_SPLITS)):
+            raise DataError(f"{name}: the split column {split!r} has the values {unknown[:5]}; the known ones are "
+                            f"{', '.join(USER_SPLITS)}. Fix: rename them, or dataset.split_column=null (the "
+                            f"80/20 protocol).")
+    if not split and set(where) <= {"", "train"}:  # one table (a hub dataset's train split alone): the protocol
+        return {"all": TextSet(texts, labels)}, tuple(map(str, classes))
+    if not {"train", "test"} <= set(where):
+        raise DataError(f"{name}: the splits {sorted(set(where))} lack train or test. Fix: both, or "
+                        f"dataset.split_column=null (the 80/20 protocol).")
+    rows_of = {s: np.flatnonzero(np.asarray(where) == s) for s in USER_SPLITS if s in where}
+    return {s: TextSet(tuple(texts[i] for i in r), labels[r]) for s, r in rows_of.items()}, tuple(map(str, classes))
+
+
 # ----------------------------------------------------------------------------- registry
 
 _DOMAINNET_FETCH = ("Download {d}.zip from http://ai.bu.edu/M3SDA/ (DomainNet) and extract it into "
@@ -724,9 +989,42 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
     *CORPORA, *(CorruptedText(c, k) for c in CORPORA[:2] for k in TEXT_CORRUPTIONS))}
 
 
+_OPTIONS = {"folder": ("skip_unreadable",), "table": ("text", "label", "split", "corruption")}
+"""A user dataset's options in its name (``folder:<root>?skip_unreadable=true``; ``conf/dataset/{folder,table}``)."""
+
+
+def user_source(name: str) -> Folder | Table | None:
+    """The source of a user dataset name (``folder:<root>[?options]``, ``table:<path>[?options]``), else None.
+
+    Raises:
+        ValueError: An unknown option (naming the choices), or an unknown corruption.
+    """
+    kind, colon, rest = str(name).partition(":")
+    if not colon or kind not in _OPTIONS or not rest:
+        return None
+    location, _, query = rest.partition("?")
+    options = dict(item.partition("=")[::2] for item in query.split("&") if item)
+    if unknown := sorted(set(options) - set(_OPTIONS[kind])):
+        raise ValueError(f"dataset {name!r}: unknown option(s) {unknown}; {kind}'s are {', '.join(_OPTIONS[kind])}.")
+    options = {k: None if v in _UNSET else v.lower() == "true" if k == "skip_unreadable" else v
+               for k, v in options.items()}
+    return Folder(name, location, bool(options.get("skip_unreadable"))) if kind == "folder" else Table(
+        name, location, **{k: v for k, v in options.items() if v is not None or k == "split"})
+
+
+def is_dataset(name: str) -> bool:
+    """Whether ``name`` is a dataset: a built-in one (:data:`SOURCES`) or the user's (:func:`user_source`)."""
+    try:
+        return name in SOURCES or user_source(name) is not None
+    except ValueError:
+        return False
+
+
 def source(name: str) -> Source:
     """The :class:`Source` of a dataset name; unknown names get the choices (an unknown corruption
     of a ``*_c`` family: that family's corruptions)."""
+    if name not in SOURCES and (user := user_source(name)) is not None:
+        return user
     if name not in SOURCES:
         from plasticity.errors import did_you_mean
 
@@ -739,7 +1037,8 @@ def source(name: str) -> Source:
                              f"Choices: {', '.join(siblings)}.")
         close = did_you_mean(name, SOURCES, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise ValueError(f"unknown dataset {name!r}.{hint} Choices: {', '.join(SOURCES)}.")
+        raise ValueError(f"unknown dataset {name!r}.{hint} Choices: {', '.join(SOURCES)}, or the user's own "
+                         f"folder:<root> (dataset=folder) and table:<path> (dataset=table).")
     return SOURCES[name]
 
 
@@ -767,7 +1066,7 @@ def text_problems(data: Any) -> list[str]:
     Args:
         data: The ``dataset`` config (or a dict with ``name``, ``max_length`` and ``window``).
     """
-    if data["name"] not in SOURCES or modality(data["name"]) != "text":
+    if not is_dataset(data["name"]) or modality(data["name"]) != "text":
         return []
     try:
         check_max_length(data["max_length"])

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from plasticity.data.prepared import open_prepared, prepared_root
-from plasticity.data.sources import SOURCES, ArraySet, Source, check_severity, modality, source
+from plasticity.data.sources import ArraySet, Source, check_severity, is_dataset, modality, source
 from plasticity.data.splits import Splits, apply_limit, check_classes, keep_classes, official_splits
 from plasticity.data.text import check_max_length, token_cache_path, tokenized
 from plasticity.text.hub import WHEELS, is_text_model
@@ -85,7 +85,7 @@ class DataSpec:
         data = cfg.dataset
         target = data.name if name is None else name
         own = target == data.name
-        text = target in SOURCES and modality(target) == "text"
+        text = is_dataset(target) and modality(target) == "text"
         if img_size is None and not text:
             from plasticity.models import input_size
 

@@ -8,7 +8,9 @@ turns the official parts into train/val/test, independent of the run seed:
 * sets without one (Cifar10-C, DomainNet, Fashion-MNIST-C, the text corpora and their
   corruptions): ``RandomState(42).permutation``, first 80 % train+val, the rest test; then
   validation is 20 % of that train part (a corrupted corpus keeps its clean corpus's split);
-* the plasticity reference (ImageNet val): everything is ``test``, in class-folder order.
+* the plasticity reference (ImageNet val): everything is ``test``, in class-folder order;
+* the user's own splits (``dataset=folder``'s ``train/``, ``val/``, ``test/`` folders, ``dataset=table``'s split
+  column): kept as given; without a ``val`` split, validation is 20 % of ``train`` as above.
 
 Every split set gets a ``split_hash``: equal hashes mean two runs saw the same examples. Text sets
 are split as raw texts (:class:`~plasticity.data.text.TextSet`), their hash covering the texts.
@@ -129,6 +131,8 @@ def example_list(name: str, part: str) -> str:
     """The list an example of ``name``'s ``part`` (``all``, ``train`` or ``test`` as the source reads it) comes
     from: a corrupted set holds its clean source's examples (``text/bbc_news_c/word_drop``: the BBC News
     corpus, text by text; ``cifar10_c/fog``: CIFAR-10's test images, in order), so it names the clean one's."""
+    if (identity := getattr(source(name), "identity", None)) is not None:  # the user's: its absolute path
+        return f"{identity}/{part}"
     clean, corrupted, _ = name.partition("_c/")
     if not corrupted:
         return f"{name}/{part}"
@@ -163,12 +167,15 @@ def official_splits(name: str, data_dir: str | Path, *, severity: int = 5, num_c
         test, base = parts["test"], parts.get("train", parts["test"])
         test_src = np.arange(len(test), dtype=np.int64)
         train_idx, val_idx = split_indices(len(base), 0.8, 42) if "train" in parts else (np.zeros(0, np.int64),) * 2
-    train, val = base.subset(train_idx), base.subset(val_idx)
+    val_base = parts.get("val", base)  # the user's own validation split (a folder's val/, a table's): kept whole
+    if "val" in parts:
+        train_idx, val_idx = np.arange(len(base), dtype=np.int64), np.arange(len(val_base), dtype=np.int64)
+    train, val = base.subset(train_idx), val_base.subset(val_idx)
     _check_classes(name, Path(data_dir), np.concatenate([train.labels, val.labels, test.labels]), expected)
     corrupted = getattr(src, "corruption", None) is not None  # the *_c sets: each severity is another set
     digest = _split_hash(name, severity if corrupted else None, [(train, train_idx), (val, val_idx), (test, test_src)])
-    lists = dict.fromkeys(("train", "val", "test"), "all") if "all" in parts else {"train": "train", "val": "train",
-                                                                                    "test": "test"}
+    lists = dict.fromkeys(("train", "val", "test"), "all") if "all" in parts else {
+        "train": "train", "val": "val" if "val" in parts else "train", "test": "test"}
     examples = {k: (example_list(name, lists[k]), idx) for k, idx in
                 (("train", train_idx), ("val", val_idx), ("test", test_src))}
     return Splits(train, val, test, expected, digest, examples=examples)
