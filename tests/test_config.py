@@ -1,6 +1,8 @@
 """Every config group option composes, resolves and passes the pre-compute checks."""
 
 import copy
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from omegaconf import OmegaConf, open_dict, read_write
 from plasticity.data import DATASETS
 from plasticity.recipes import get, names, validate
 from plasticity.runs import config_hash
+from tests import forklaunch
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -252,6 +255,21 @@ def test_a_wrong_type_at_any_key_of_any_option_is_named_with_its_fix(group, opti
 
 
 WANDB_INIT = ("entity", "mode", "group", "job_type", "tags")
+LAUNCHED = [("component.train_final_norm", "maybe"), ("task.max_steps", [1.5]), ("optimizer.lr", "abc"),
+            ("model.name", [1]), ("dataset.mean", "abc"), ("seed", "abc"), ("sweep.skip_done", "maybe")]
+"""Keys of each type and of the top level, fed a wrong type through the real launch path."""
+
+
+@pytest.mark.parametrize("key, wrong", LAUNCHED, ids=[k for k, _ in LAUNCHED])
+def test_a_wrong_type_given_to_launch_py_is_one_line_and_nothing_is_written(key, wrong, tmp_path, data_dir):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
+    proc = forklaunch.run([sys.executable, str(CONF.parent / "launch.py"), "debug=tiny", f"paths.data_dir={data_dir}",
+                           f"{key}={wrong}"], cwd=tmp_path, env=env, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "the config has 1 problem; nothing was run or written" in out, out[-3000:]
+    (line,) = [line for line in out.splitlines() if line.startswith(f"  - {key}={wrong!r} ")]
+    assert "Fix: " in line and "Traceback" not in out
+    assert list(tmp_path.iterdir()) == []  # no run folder, no outputs, no log
 
 
 def test_a_word_where_a_boolean_belongs_is_refused_before_training(tmp_path):
