@@ -2,11 +2,15 @@
 
 Fashion-MNIST (idx), CIFAR-10/100 (Python 2 pickles), CIFAR-10-C (.npy), DomainNet and
 ImageNet val (JPEG class folders), Flowers102 (JPEGs + .mat) and Oxford-IIIT Pet (JPEGs + txt).
+And the comparison of two launches of one training run (an uninterrupted and a resumed one, a forked
+and a fresh one): records, metric rows, checkpoint weights.
 """
 
 from __future__ import annotations
 
+import csv
 import io
+import json
 import pickle
 import struct
 from pathlib import Path
@@ -540,3 +544,71 @@ def write_all_datasets(root: str | Path) -> Path:
     write_pets(root, n_trainval=20, n_test=16)
     write_imagenet_val(root, per_class=6)
     return root
+
+
+# ------------------------------------------------------------------ two launches of one run compared
+
+UNEQUAL = frozenset({"run_dir", "train_s", "wall_s", "resumed"})
+"""The record fields that may differ between two launches of one run: where, how long, resumed or not."""
+
+
+def record(run: Path) -> dict:
+    """A run's ``result.json``."""
+    return json.loads((Path(run) / "result.json").read_text())
+
+
+def assert_same_record(a: dict, b: dict) -> None:
+    """Every field of two records but :data:`UNEQUAL`."""
+    assert a.keys() == b.keys()
+    assert {k: v for k, v in a.items() if k not in UNEQUAL} == {k: v for k, v in b.items() if k not in UNEQUAL}
+
+
+def metric_rows(path: Path, columns: list[str]) -> dict[str, list[tuple[int, str]]]:
+    """One metrics file's (step, value) per column, the value's text as written (compared bit for bit)."""
+    with open(path, newline="") as f:
+        table = list(csv.DictReader(f))
+    return {c: [(int(r["step"]), r[c]) for r in table if r.get(c)] for c in columns}
+
+
+def assert_rows_match(reference: Path, part: Path, columns: list[str]) -> dict[str, set[int]]:
+    """Every row of one metrics file (a part of a resumed run, read before a relaunch can touch it)
+    equals the row of ``reference`` (an uninterrupted run's ``metrics.csv``) at the same step, each
+    step once in it; returns its steps per column."""
+    expected = {c: dict(r) for c, r in metric_rows(reference, columns).items()}
+    steps = {}
+    for column, got in metric_rows(part, columns).items():
+        assert len({s for s, _ in got}) == len(got), (part.name, column)  # no step twice in one file
+        assert got == [(s, expected[column].get(s)) for s, _ in got], (part.name, column)
+        steps[column] = {s for s, _ in got}
+    return steps
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    """Two checkpoints' ``state_dict``: the same keys, every tensor equal."""
+    import torch
+
+    wa, wb = (torch.load(p, map_location="cpu", weights_only=True)["state_dict"] for p in (a, b))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), b
+
+
+def assert_same_run(whole: Path, other: Path, columns: list[str], steps: int, resumed: bool = True) -> None:
+    """Everything the report reads of two launches of one run, bit for bit: the record, every
+    metric row at its step (``metrics.csv`` and a resumed run's parts read as one), both checkpoints'
+    weights (``last.ckpt``: the last step's, ``steps``)."""
+    import torch
+
+    from plasticity.report.collect import read_metrics
+
+    a, b = record(whole), record(other)
+    assert_same_record(a, b)
+    assert b["resumed"] is resumed and a["resumed"] is False and b["steps"] == steps
+    ma, _ = read_metrics(whole, columns)
+    mb, problems = read_metrics(other, columns)
+    assert not problems
+    for column in columns:
+        assert len(ma[column][0]) > 0, column
+        assert ma[column][0].tolist() == mb[column][0].tolist(), column  # the steps: each once
+        assert ma[column][1].tolist() == mb[column][1].tolist(), column  # the values: bit for bit
+    for name in ("last.ckpt", "best.ckpt"):
+        assert_same_weights(whole / "checkpoints" / name, other / "checkpoints" / name)
+    assert torch.load(other / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == steps

@@ -10,7 +10,6 @@ The end-to-end cases are real launches (subprocesses) with a fault injected by
 
 from __future__ import annotations
 
-import csv
 import errno
 import json
 import os
@@ -30,6 +29,8 @@ from plasticity.runs.checkpoints import CONFIG_HASH_KEY, metrics_files, move_met
 from plasticity.runs.state import inspect_run
 from plasticity.runs.stop import storage_fault
 from tests import forklaunch
+from tests import fixtures
+from tests.fixtures import metric_rows, record
 
 ROOT = Path(__file__).resolve().parents[1]
 # 160 train images / 16 = 10 optimizer steps an epoch (2 micro-batches each); a validation and a
@@ -39,8 +40,6 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN = ["component=fc1", "optimizer.lr=0.1", "task.max_steps=20", "task.warmup_steps=2", "task.val_every=5",
        "task.batch_size=16", "task.micro_batch_size=8", "dataset.augment=true"]
 COLUMNS = ["train/loss", "lr", "grad_norm/fc1", "grad_norm/head", "val/acc", "val/loss"]
-# What may differ between two launches of one run: where it ran, how long it took, whether it resumed.
-UNEQUAL = {"run_dir", "train_s", "wall_s", "resumed"}
 
 
 def launch(cwd: Path, data_dir: Path, *overrides: str, output: Path | None = None,
@@ -62,60 +61,12 @@ def run_dir(outputs: Path) -> Path:
     return outputs / "finetune" / "fashion_mnist" / "vit_micro_patch7_28" / "fc1" / "sgd_lr_0.1" / "seed_0"
 
 
-def record(run: Path) -> dict:
-    return json.loads((run / "result.json").read_text())
-
-
-def weights(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
-
-
-def rows(path: Path) -> dict[str, list[tuple[int, str]]]:
-    """One metrics file's (step, value) per column, as written (the value's text: compared bit for bit)."""
-    with open(path, newline="") as f:
-        table = list(csv.DictReader(f))
-    return {c: [(int(r["step"]), r[c]) for r in table if r.get(c)] for c in COLUMNS}
+def assert_same_run(whole: Path, resumed: Path, resumed_flag: bool = True) -> None:
+    fixtures.assert_same_run(whole, resumed, COLUMNS, steps=20, resumed=resumed_flag)
 
 
 def assert_rows_match(whole: Path, part: Path) -> dict[str, set[int]]:
-    """Every row of one metrics file (a part, read before a relaunch can touch it) equals the
-    uninterrupted run's row at the same step, each step once in it; returns its steps per column."""
-    reference = {c: dict(r) for c, r in rows(whole / "metrics.csv").items()}
-    steps = {}
-    for column, got in rows(part).items():
-        assert len({s for s, _ in got}) == len(got), (part.name, column)  # no step twice in one file
-        assert got == [(s, reference[column].get(s)) for s, _ in got], (part.name, column)
-        steps[column] = {s for s, _ in got}
-    return steps
-
-
-def assert_same_weights(a: Path, b: Path) -> None:
-    wa, wb = weights(a), weights(b)
-    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), b
-
-
-def assert_same_record(a: dict, b: dict) -> None:
-    """Every field but where and how long it ran (and whether it resumed)."""
-    assert a.keys() == b.keys()
-    assert {k: v for k, v in a.items() if k not in UNEQUAL} == {k: v for k, v in b.items() if k not in UNEQUAL}
-
-
-def assert_same_run(whole: Path, resumed: Path, resumed_flag: bool = True) -> None:
-    """Everything the report reads, bit for bit: record, every metric row at its step, both
-    checkpoints' weights (last.ckpt: the final step's)."""
-    a, b = record(whole), record(resumed)
-    assert_same_record(a, b)
-    assert b["resumed"] is resumed_flag and a["resumed"] is False and b["steps"] == 20
-    ma, _ = read_metrics(whole, COLUMNS)
-    mb, problems = read_metrics(resumed, COLUMNS)
-    assert not problems
-    for column in COLUMNS:
-        assert len(ma[column][0]) > 0, column
-        assert ma[column][0].tolist() == mb[column][0].tolist(), column  # the steps: each once
-        assert ma[column][1].tolist() == mb[column][1].tolist(), column  # the values: bit for bit
-    for name in ("last.ckpt", "best.ckpt"):
-        assert_same_weights(whole / "checkpoints" / name, resumed / "checkpoints" / name)
-    assert torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 20
+    return fixtures.assert_rows_match(whole / "metrics.csv", part, COLUMNS)
 
 
 @pytest.fixture(scope="module")
@@ -330,7 +281,8 @@ def test_a_run_stopped_again_and_again_resumes_to_the_uninterrupted_result(tmp_p
     assert not list((run / "checkpoints").glob(".*"))  # the killed write's temporary file is gone
     for column, steps in assert_rows_match(whole, run / "metrics.csv").items():
         seen[column] |= steps
-    assert seen == {c: {s for s, _ in r} for c, r in rows(whole / "metrics.csv").items()}  # every step checked
+    every = {c: {s for s, _ in r} for c, r in metric_rows(whole / "metrics.csv", COLUMNS).items()}
+    assert seen == every  # every step checked in some part
     assert [p.name for p in metrics_files(run)] == [f"metrics.part{k}.csv" for k in range(4)] + ["metrics.csv"]
     assert_same_run(whole, run)
 

@@ -16,23 +16,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from plasticity.report.collect import read_metrics
-from tests import forklaunch
+from tests import fixtures, forklaunch
+from tests.fixtures import record
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ["debug=text", "component=fc1", "optimizer.lr=0.05", "task.max_steps=9", "task.val_every=3"]
 COLUMNS = ["train/loss", "lr", "grad_norm/fc1", "val/acc", "val/loss"]
 
 
-def launch(outputs: Path, *overrides: str, multirun: bool = False) -> subprocess.CompletedProcess:
+def launch(outputs: Path, *overrides: str, multirun: bool = False, fresh: bool = False) -> subprocess.CompletedProcess:
+    """A real process, forked after the imports (tests/forklaunch.py) or, ``fresh``, a new interpreter."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline"}
     cmd = [sys.executable, str(ROOT / "launch.py"), *(["-m"] if multirun else []), *overrides,
            f"paths.output_dir={outputs}", "print_config=false"]
-    return forklaunch.run(cmd, cwd=ROOT, env=env, timeout=600)  # a real process, forked after the imports
-
-
-def record(run: Path) -> dict:
-    return json.loads((run / "result.json").read_text())
+    return forklaunch.run(cmd, cwd=ROOT, env=env, timeout=600, fresh=fresh)
 
 
 def finetune_dir(outputs: Path, component: str = "fc1", lr: str = "0.05") -> Path:
@@ -41,9 +38,10 @@ def finetune_dir(outputs: Path, component: str = "fc1", lr: str = "0.05") -> Pat
 
 @pytest.fixture(scope="module")
 def whole(tmp_path_factory) -> Path:
-    """One uninterrupted finetuning run (FC1 of MiniLM, 9 steps, a checkpoint every 3)."""
+    """One uninterrupted finetuning run (FC1 of MiniLM, 9 steps, a checkpoint every 3: the last one
+    at step 9, the final weights), in a new interpreter (the killed run is forked)."""
     outputs = tmp_path_factory.mktemp("text_whole")
-    done = launch(outputs, *RUN)
+    done = launch(outputs, *RUN, fresh=True)
     assert done.returncode == 0, done.stderr[-3000:]
     return finetune_dir(outputs)
 
@@ -63,23 +61,19 @@ def test_finetune_records_the_modality_and_trains_only_its_group(whole):
 
 @pytest.mark.slow
 def test_killed_text_run_resumes_to_the_uninterrupted_result(whole, tmp_path):
-    """SIGKILL at the step-6 checkpoint (dropout on: the generators travel in the checkpoint), relaunch."""
+    """SIGKILL at the step-6 checkpoint (dropout on: the generators travel in the checkpoint), relaunch
+    in a new interpreter: every record field, metric row and weight equal the uninterrupted run's."""
     outputs = tmp_path / "out"
     killed = launch(outputs, *RUN, "+callbacks.fault._target_=tests.faults.Kill", "+callbacks.fault.signal=KILL",
                     "+callbacks.fault.at=checkpoint", "+callbacks.fault.step=6")
-    assert killed.returncode != 0
-    again = launch(outputs, *RUN)
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert killed.returncode == -9, (killed.stdout + killed.stderr)[-3000:]  # killed by the signal, nothing else
     resumed = finetune_dir(outputs)
-    a, b = record(whole), record(resumed)
-    assert b["resumed"] is True
-    assert {k: a[k] for k in ("best_val_acc", "test_acc", "best_step")} == {k: b[k] for k in ("best_val_acc", "test_acc",
-                                                                                             "best_step")}
-    ma, _ = read_metrics(whole, COLUMNS)
-    mb, problems = read_metrics(resumed, COLUMNS)
-    assert not problems
-    for column in COLUMNS:
-        assert len(ma[column][0]) > 0 and ma[column][1].tolist() == mb[column][1].tolist(), column
+    assert fixtures.assert_rows_match(whole / "metrics.csv", resumed / "metrics.csv", COLUMNS)["val/acc"] == {2, 5}
+    again = launch(outputs, *RUN, fresh=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming an interrupted run from step 6 of 9" in again.stdout + again.stderr
+    assert fixtures.assert_rows_match(whole / "metrics.csv", resumed / "metrics.csv", COLUMNS)["val/acc"] == {8}
+    fixtures.assert_same_run(whole, resumed, COLUMNS, steps=9)
 
 
 @pytest.mark.slow
