@@ -46,8 +46,9 @@ def signal_name(signum: int) -> str:
 
 @contextmanager
 def recording_signals() -> Iterator[list[int]]:
-    """Within the block, :data:`STOP_SIGNALS` raise :class:`Interrupted` and :data:`CHAINED_SIGNALS`
-    are noted before their own handler runs; yields the list of signals received.
+    """Within the block, :data:`STOP_SIGNALS` raise :class:`Interrupted` (once: after a stop they are only
+    noted) and :data:`CHAINED_SIGNALS` are noted before their own handler runs; yields the list of signals
+    received.
 
     Only in the main thread (signal handlers can be set nowhere else); the previous handlers come back at the end.
     """
@@ -58,13 +59,22 @@ def recording_signals() -> Iterator[list[int]]:
         yield received
         return
 
+    stopping: list[int] = []  # once the run stops, a later signal (SLURM's SIGTERM after a requeue) is noted, not
+    # raised in the middle of recording the first one
+
     def stop(signum: int, frame: Any) -> None:
         received.append(signum)
-        raise Interrupted(signum)
+        if not stopping:
+            stopping.append(signum)
+            raise Interrupted(signum)
 
     def note_then_hand_over(signum: int, frame: Any) -> None:
         received.append(signum)
-        previous[signum](signum, frame)  # the handler set before this block (submitit's)
+        try:
+            previous[signum](signum, frame)  # the handler set before this block (submitit's)
+        except SystemExit:  # submitit requeued the job and exits: the run stops
+            stopping.append(signum)
+            raise
 
     previous = {s: signal.getsignal(s) for s in (*STOP_SIGNALS, *CHAINED_SIGNALS)}
     for s in STOP_SIGNALS:
