@@ -239,6 +239,19 @@ def test_an_interrupted_record_resumes(tmp_path):
 # ------------------------------------------------------------------------ faults in real runs
 
 
+@pytest.mark.slow
+def test_a_forked_launch_equals_a_fresh_one(tmp_path, data_dir, whole):
+    """The fork server cannot hide a run that depends on the interpreter (hash seed, set order,
+    import-time state): the same config forked and in a new interpreter (``whole``) give the same
+    record, rows and weights."""
+    forked = launch(tmp_path, data_dir)
+    assert forked.returncode == 0, forked.stderr[-3000:]
+    run = run_dir(tmp_path / "outputs")
+    assert metric_rows(run / "metrics.csv", COLUMNS) == metric_rows(whole / "metrics.csv", COLUMNS)
+    assert_same_run(whole, run, resumed_flag=False)
+
+
+
 # One run stopped four times in a row, each stop of another kind; each relaunch resumes from the
 # newest complete checkpoint, last.ckpt: (fault, exit code, the step the next launch resumes from).
 STOPS = [
