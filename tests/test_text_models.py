@@ -288,8 +288,10 @@ def test_an_hf_folder_loads_as_saved_and_an_unreachable_hub_id_names_the_fix(tmp
     shutil.copy(Path(locate("minilm_l6").path) / "tokenizer.json", tmp_path / "tokenizer.json")
     again = create_text_model(f"hf:{tmp_path}", 3).eval()
     assert again.family == "llama"
-    for (name, a), (_, b) in zip(net.backbone.state_dict().items(), again.backbone.state_dict().items()):
-        assert torch.equal(a, b), name
+    saved, loaded = net.backbone.state_dict(), again.backbone.state_dict()
+    assert saved.keys() == loaded.keys() and len(saved) > 0
+    for name, value in saved.items():
+        assert torch.equal(value, loaded[name]), name
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(WeightsError, match="Hugging Face hub.*Fix: download it"):
         check_text_model("hf:no-such-org/no-such-model-here")
