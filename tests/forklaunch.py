@@ -10,8 +10,9 @@ negative signal number when a signal ended it), its output, what it writes, its 
 children are its own. :func:`run` answers like ``subprocess.run(..., capture_output=True, text=True)``.
 
 What this does not cover: a fresh interpreter's imports themselves (``tests/test_layout.py`` checks
-that the entry point starts without torch) and launches a test starts in the background (those
-keep ``subprocess.Popen``).
+that the entry point starts without torch), what a launch shares with the server (the hash seed,
+import-time state: ``run(..., fresh=True)`` is a new interpreter, and tests/test_resume.py compares a
+forked run with a fresh one) and launches a test starts in the background (those keep ``subprocess.Popen``).
 """
 
 from __future__ import annotations
