@@ -31,7 +31,7 @@ from typing import Iterable
 import torch
 import torch.nn as nn
 
-from plasticity.components import GROUPS, group_module
+from plasticity.components import GROUPS, TEXT_FAMILIES, family_of, group_module
 from plasticity.measure import embed_tokens
 
 
@@ -90,9 +90,9 @@ def attention_heads(attn: nn.Module) -> Heads:
 
     Supports timm's ``Attention`` (fused ``qkv`` Linear of shape ``(3Hk, d)`` whose rows are
     ``[queries; keys; values]``, each ``H`` blocks of ``k`` rows) and EVA-style attention with split
-    ``q_proj``/``k_proj``/``v_proj``. Head ``h`` reads columns ``[h*k, (h+1)*k)`` of ``proj``, so
-    ``O^h = proj.weight[:, h*k:(h+1)*k]``. Biases are dropped (see the module docstring); so are
-    QK-norm, RoPE and gating, which are outside the paper's setting.
+    ``q_proj``/``k_proj``/``v_proj`` (``transformers``' ViT and Dinov2 too: ``o_proj``, ``num_attention_heads``).
+    Head ``h`` reads columns ``[h*k, (h+1)*k)`` of ``proj``, so ``O^h = proj.weight[:, h*k:(h+1)*k]``. Biases
+    are dropped (see the module docstring); so are QK-norm, RoPE and gating, which are outside the paper's setting.
 
     Args:
         attn: The attention module (``block.attn``), with ``num_heads`` and ``proj``.
@@ -103,8 +103,9 @@ def attention_heads(attn: nn.Module) -> Heads:
     if getattr(attn, "qkv", None) is not None:
         return _heads(*_split_rows(attn.qkv.weight, 3 * attn.num_heads).chunk(3, dim=0), attn.proj)
     if getattr(attn, "q_proj", None) is not None:
-        return _heads(*(_split_rows(p.weight, attn.num_heads) for p in (attn.q_proj, attn.k_proj, attn.v_proj)),
-                      attn.proj)
+        heads = getattr(attn, "num_heads", None) or attn.num_attention_heads  # timm's EVA, or transformers'
+        return _heads(*(_split_rows(p.weight, heads) for p in (attn.q_proj, attn.k_proj, attn.v_proj)),
+                      getattr(attn, "proj", None) or attn.o_proj)
     raise TypeError(f"{type(attn).__name__} has neither a fused `qkv` nor `q_proj`/`k_proj`/`v_proj` "
                     f"Linear layers; plasticity.bounds supports timm ViT/DeiT/BEiT/EVA attention.")
 
@@ -285,7 +286,8 @@ def token_stats(model: nn.Module, batches: Iterable) -> TokenStats:
 
 def patch_embed_norm(model: nn.Module) -> float:
     """``alpha``: spectral norm of the patch embedding as a ``(d, C*P*P)`` matrix on flattened patches."""
-    weight = model.patch_embed.proj.weight
+    weight = (model.patch_embed.proj if family_of(model) == "vit" else
+              model.backbone.embeddings.patch_embeddings.projection).weight  # transformers' ViT and Dinov2
     return spectral_norm(weight.reshape(weight.shape[0], -1)).item()
 
 
@@ -302,7 +304,8 @@ NOT_COVERED: dict[str, dict[str, str]] = {
                "keys by position (RoPE), masks the future (causal) and shares keys/values across heads (GQA).",
     },
 }
-"""Family -> group -> why a proposition does not bound it (written beside the bounds of a text model).
+"""Family -> group -> why a proposition does not bound it (written beside the bounds of a text model; an
+image family's blocks, timm's or ``transformers``' ViT and Dinov2, are the paper's: every bound holds).
 BERT is post-LN: its LayerNorms are still LayerNorms (Prop. 1 holds for the function), but they
 normalise the residual stream after each sublayer, not a sublayer's input."""
 
@@ -339,7 +342,8 @@ def _text_values(model: nn.Module, i: int, stats: TokenStats) -> dict[str, dict[
 
 
 def block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
-    """Every bound of Sec. 4 for every block of a timm ViT (a text model: those that hold, :func:`_text_values`).
+    """Every bound of Sec. 4 for every block of a ViT, timm's or ``transformers``' (a text model: those that hold,
+    :func:`_text_values`).
 
     Args:
         model: A timm ViT with ``blocks[i].{norm1, attn, norm2, mlp.fc1, mlp.fc2}``, or a text model.
@@ -350,7 +354,7 @@ def block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
         ``prop1``, ``fc1``/``fc2`` with ``prop2``, ``mha`` with ``prop3_rms`` (``r = stats.r_rms``),
         ``prop3_max`` (``r = stats.r_max``) and ``prop4``.
     """
-    vit = getattr(model, "family", "vit") == "vit"
+    vit = family_of(model) not in TEXT_FAMILIES  # a timm or transformers ViT: the paper's blocks
     alpha = patch_embed_norm(model) if vit else None
     rows = []
     for i in range(len(model.blocks)):

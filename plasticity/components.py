@@ -20,7 +20,11 @@ feeds the sublayer *after* it: MHA = ``attention.self.{query,key,value}`` + ``at
 LN2 = ``attention.output.LayerNorm`` (it feeds ``intermediate``); FC1 = ``intermediate.dense``; FC2 =
 ``output.dense``; LN1 of layer i = ``output.LayerNorm`` of layer i-1 (it feeds layer i's attention), and
 of layer 0 the embeddings' LayerNorm; the last layer's ``output.LayerNorm`` feeds the head: the final
-norm. ``emb`` = the other ``embeddings.*``.
+norm. ``emb`` = the other ``embeddings.*``. Qwen2 and Mistral have Llama's layout (Qwen2's q/k/v
+projections have biases: MHA's). ``transformers``' ViT and Dinov2 (:mod:`plasticity.hfvision`) are
+pre-LN like timm's: LN1 = ``layernorm_before`` / ``norm1``, MHA = ``attention.{q,k,v,o}_proj`` (and
+Dinov2's ``layer_scale1``), LN2 = ``layernorm_after`` / ``norm2``, FC1 = ``mlp.fc1``, FC2 = ``mlp.fc2``
+(and ``layer_scale2``), ``emb`` = ``embeddings.*``, ``final_norm`` = ``layernorm``.
 
 This module owns the one definition of the groups (:data:`GROUP_TABLE`: names, labels, colours,
 the module of each family's block whose plasticity a group measures, the bound shown beside it); the config
@@ -55,7 +59,9 @@ class Group:
         bert: The group's site in a BERT layer (:class:`Site` syntax: ``in>out`` when the function
             runs from one module's input to another's output; ``a+b``: the two outputs side by side;
             ``<name``: ``name`` in the previous layer, the embeddings' norm for layer 0).
-        llama: The group's site in a Llama decoder layer.
+        llama: The group's site in a Llama decoder layer (Qwen2's and Mistral's too).
+        hf_vit: The group's site in a ``transformers`` ViT layer.
+        dinov2: The group's site in a ``transformers`` Dinov2 layer.
     """
 
     name: str
@@ -65,14 +71,20 @@ class Group:
     bound: str | None = None
     bert: str | None = None
     llama: str | None = None
+    hf_vit: str | None = None
+    dinov2: str | None = None
 
 
 GROUP_TABLE: tuple[Group, ...] = (
-    Group("ln1", "LN1", "tab:blue", "norm1", "prop1", "<output.LayerNorm", "input_layernorm"),
-    Group("mha", "MHA", "tab:red", "attn", "prop3_rms", "attention.self>attention.output.dense", "self_attn"),
-    Group("ln2", "LN2", "tab:cyan", "norm2", "prop1", "attention.output.LayerNorm", "post_attention_layernorm"),
-    Group("fc1", "FC1", "tab:orange", "mlp.fc1", "prop2", "intermediate.dense", "mlp.gate_proj+mlp.up_proj"),
-    Group("fc2", "FC2", "tab:green", "mlp.fc2", "prop2", "output.dense", "mlp.down_proj"),
+    Group("ln1", "LN1", "tab:blue", "norm1", "prop1", "<output.LayerNorm", "input_layernorm", "layernorm_before",
+          "norm1"),
+    Group("mha", "MHA", "tab:red", "attn", "prop3_rms", "attention.self>attention.output.dense", "self_attn",
+          "attention", "attention"),
+    Group("ln2", "LN2", "tab:cyan", "norm2", "prop1", "attention.output.LayerNorm", "post_attention_layernorm",
+          "layernorm_after", "norm2"),
+    Group("fc1", "FC1", "tab:orange", "mlp.fc1", "prop2", "intermediate.dense", "mlp.gate_proj+mlp.up_proj", "mlp.fc1",
+          "mlp.fc1"),
+    Group("fc2", "FC2", "tab:green", "mlp.fc2", "prop2", "output.dense", "mlp.down_proj", "mlp.fc2", "mlp.fc2"),
     Group("emb", "embedding", "tab:brown"),
     Group("all", "full", "tab:purple"),
     Group("head", "linear probing", "tab:gray"),
@@ -97,8 +109,12 @@ TABLE_ORDER: tuple[str, ...] = GROUPS + BASELINES
 BOUND_OF: dict[str, str] = {g.name: g.bound for g in GROUP_TABLE if g.bound is not None}
 """Group -> the bound shown beside its plasticity (MHA: Prop. 3 at the RMS token radius)."""
 
-FAMILIES: tuple[str, ...] = ("vit", "bert", "llama")
-"""The block layouts the groups know: timm ViTs and the two text families of :mod:`plasticity.text`."""
+FAMILIES: tuple[str, ...] = ("vit", "bert", "llama", "hf_vit", "dinov2")
+"""The block layouts the groups know: timm ViTs, the two text families of :mod:`plasticity.text` and the two
+image families of :mod:`plasticity.hfvision`."""
+
+TEXT_FAMILIES: tuple[str, ...] = ("bert", "llama")
+"""The layouts whose models read token ids (the others read images)."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +155,8 @@ SITES: dict[str, dict[str, Site]] = {
 
 
 def family_of(model: "nn.Module") -> str:
-    """The block layout of a model: ``bert`` / ``llama`` for a text model, ``vit`` for timm's."""
+    """The block layout of a model: ``bert`` / ``llama`` for a text model, ``hf_vit`` / ``dinov2`` for a
+    ``transformers`` image model, ``vit`` for timm's."""
     return getattr(model, "family", "vit")
 
 
@@ -195,6 +212,7 @@ def color(name: str) -> str:
 _BLOCK = r"^blocks\.(?P<block>\d+)\."
 _BERT = r"^backbone\.encoder\.layer\.(?P<block>\d+)\."
 _LLAMA = r"^backbone\.layers\.(?P<block>\d+)\."
+_HF_VIT = r"^backbone\.(layers|encoder\.layer)\.(?P<block>\d+)\."  # transformers' ViT, Dinov2
 RULES: tuple[tuple[str, str] | tuple[str, str, int], ...] = (
     (r"^(patch_embed|cls_token|reg_token|pos_embed|norm_pre)(\.|$)", "emb"),
     (_BLOCK + r"norm1\.", "ln1"),
@@ -221,6 +239,13 @@ RULES: tuple[tuple[str, str] | tuple[str, str, int], ...] = (
     (_LLAMA + r"mlp\.(gate|up)_proj\.", "fc1"),
     (_LLAMA + r"mlp\.down_proj\.", "fc2"),
     (r"^backbone\.norm\.", "final_norm"),
+    # transformers' ViT and Dinov2 (plasticity.hfvision; their embeddings.*: emb, by BERT's rule)
+    (_HF_VIT + r"(layernorm_before|norm1)\.", "ln1"),
+    (_HF_VIT + r"(attention\.[qkvo]_proj|layer_scale1)\.", "mha"),
+    (_HF_VIT + r"(layernorm_after|norm2)\.", "ln2"),
+    (_HF_VIT + r"mlp\.fc1\.", "fc1"),
+    (_HF_VIT + r"(mlp\.fc2|layer_scale2)\.", "fc2"),
+    (r"^backbone\.layernorm\.", "final_norm"),
 )
 """(regex over the parameter name, group[, block shift]); the first match classifies a parameter. A shift
 of 1 puts a post-LN norm in the block it feeds (block 0 when the name has no block: the embeddings' norm)."""
@@ -252,8 +277,8 @@ def classify(name: str, depth: int | None = None) -> tuple[str, int | None]:
             return group, None if block is None else int(block)
     raise UnknownParameterError(
         f"cannot classify parameter {name!r} into a component group ({', '.join(GROUPS)}, emb, "
-        f"final_norm, head). Supported: timm ViT, DeiT, DINOv2/v3, BEiT and EVA02 parameter names, and BERT/RoBERTa "
-        f"and Llama layers (plasticity.text). "
+        f"final_norm, head). Supported: timm ViT, DeiT, DINOv2/v3, BEiT and EVA02 parameter names, BERT/RoBERTa "
+        f"and Llama/Qwen2/Mistral layers (plasticity.text), and transformers' ViT and Dinov2 (plasticity.hfvision). "
         f"Fix: add a rule for it to plasticity.components.RULES."
     )
 

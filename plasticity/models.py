@@ -38,7 +38,13 @@ def vit_micro_patch7_28(pretrained: bool = False, **kwargs) -> nn.Module:
 
 
 def check_model_name(name: str) -> None:
-    """Raises ValueError naming close matches when timm does not know ``name``."""
+    """Raises ValueError naming close matches when timm does not know ``name``; for a ``transformers`` image
+    folder (:func:`plasticity.text.hub.is_vision_model`), WeightsError when it holds no weights."""
+    from plasticity.text.hub import is_vision_model, locate
+
+    if is_vision_model(name):
+        locate(name)  # its weights files (its config.json named it an image model)
+        return
     if timm.is_model(name):
         return
     close = did_you_mean(name.split(".")[0], timm.list_models(), n=5)  # the architecture, without its tag
@@ -238,7 +244,8 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, weights_
     Args:
         name: Any timm model name, with an optional pretrained tag
             (``vit_base_patch16_224.orig_in21k``); or a text model, ``minilm_l6``, ``smollm2_135m``
-            or ``hf:<id or folder>`` (:func:`plasticity.text.models.create_text_model`).
+            or ``hf:<id or folder>``, or a ``transformers`` ViT/Dinov2 folder ``hf:<folder>``
+            (:func:`plasticity.text.models.create_hf_model`).
         num_classes: Classes of the target dataset; the head is always newly initialised.
         pretrained: Load pretrained weights (from ``weights_file`` if given, else the hub).
         weights_file: Local state dict, loaded through timm's ``pretrained_cfg_overlay``
@@ -252,14 +259,14 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, weights_
             architecture (all found from its header, before the build); hub weights that cannot
             be fetched (offline machine, unknown tag).
     """
-    from plasticity.text.hub import is_text_model
+    from plasticity.text.hub import is_text_model, is_vision_model
 
-    if is_text_model(name):  # a language transformer (plasticity.text): the same arguments and errors
-        from plasticity.text.models import create_text_model
+    if is_text_model(name) or is_vision_model(name):  # a transformers model: the same arguments and errors
+        from plasticity.text.models import create_hf_model
 
         weights = read_state(weights_file) if weights_file else None  # header checked first
-        return create_text_model(name, num_classes, pretrained=pretrained, weights_file=weights_file,
-                                 weights=weights, **kwargs)
+        return create_hf_model(name, num_classes, pretrained=pretrained, weights_file=weights_file,
+                               weights=weights, **kwargs)
     check_model_name(name)
     check_weights_file(weights_file, name, kwargs)  # header only, before anything is built
     log.info("creating model %s (%s)", name, "weights: " + str(weights_file) if weights_file else
@@ -292,9 +299,16 @@ def input_size(name: str, kwargs: dict | None = None) -> int:
     """Side of the model's square input without building it: ``kwargs["img_size"]``, else timm's config.
 
     Args:
-        name: A timm model name (with or without its pretrained tag).
+        name: A timm model name (with or without its pretrained tag), or a ``transformers`` image folder
+            (``hf:<folder>``: its config's ``image_size``, or ``kwargs["image_size"]``).
         kwargs: The architecture arguments of ``model.kwargs``.
     """
+    from plasticity.text.hub import is_vision_model
+
+    if is_vision_model(name):
+        from plasticity.text.models import text_config
+
+        return int((kwargs or {}).get("image_size") or text_config(name).image_size)
     if (img_size := (kwargs or {}).get("img_size")) is not None:
         return int(img_size if isinstance(img_size, int) else img_size[0])
     from timm.models import get_pretrained_cfg

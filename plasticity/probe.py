@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 import torch
 import torch.nn.functional as F
 
-from plasticity.components import family_of
+from plasticity.components import TEXT_FAMILIES, family_of
 
 __all__ = ["FEATURES", "POOLS", "accuracy", "block_output", "extract_features", "fit_logreg", "grad_max",
            "l2_standardise", "logits", "loss", "pool_problem", "pool_tokens", "select_c"]
@@ -110,7 +110,7 @@ def extract_features(net: torch.nn.Module, images: Iterable[torch.Tensor], featu
     """
     if features not in FEATURES:
         raise ValueError(f"task.features={features!r}; choices: {', '.join(FEATURES)}.")
-    text = family_of(net) != "vit"  # a TextTransformer pools over its real tokens (plasticity.text.models)
+    text = family_of(net) in TEXT_FAMILIES  # a TextTransformer pools over its real tokens (plasticity.text.models)
     problem = pool_problem(pool, type(net).__name__, text, getattr(net, "cls_token", None) is not None)
     if features == "block_output" and problem:
         raise ValueError(problem)

@@ -212,10 +212,11 @@ def input_transform(net: torch.nn.Module, data, train: bool = False, augment: bo
         train: The training transform.
         augment: Crop and flip in training (false: the JPEG path already did).
     """
-    from plasticity.components import family_of
+    from plasticity.components import TEXT_FAMILIES, family_of
     from plasticity.models import image_size
 
-    if family_of(net) != "vit":
+    if family_of(net) in TEXT_FAMILIES:
         return TokenIds()
-    return DeviceTransform(image_size(net), data.mean, data.std, train=train and augment,
+    mean, std = getattr(net, "processor_stats", None) or (data.mean, data.std)  # a transformers folder's processor
+    return DeviceTransform(image_size(net), mean, std, train=train and augment,
                            crop_scale=tuple(data.crop_scale), hflip=data.hflip)

@@ -32,7 +32,7 @@ class Bounds(AnalysisRecipe):
         write_csv_atomic(self.run_dir / "bounds.csv", rows, ("group", "block", "bound", "value"))
         summary = stats.summary()
         family = getattr(net, "family", "vit")
-        if family != "vit":  # a text model: no image energy; what the propositions do not bound, and why
+        if family in NOT_COVERED:  # a text model: no image energy; what the propositions do not bound, and why
             summary.pop("energy")
             summary["not_covered"] = NOT_COVERED[family]
         write_json_atomic(self.run_dir / "token_stats.json", summary)

