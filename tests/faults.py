@@ -7,6 +7,7 @@ Passed on the command line, e.g. ``+callbacks.fault._target_=tests.faults.Kill
 
 from __future__ import annotations
 
+import io
 import os
 import signal as signals
 
@@ -20,7 +21,8 @@ class Kill(Callback):
         signal: ``KILL``, ``TERM`` or ``INT``.
         at: ``checkpoint``: once the checkpoint of step ``step`` is on the disk (before the next
             batch); ``validation``: in the middle of the validation at step ``step`` (before its
-            checkpoint); ``write``: while the checkpoint of step ``step`` is being written.
+            checkpoint); ``write``: while the checkpoint of step ``step`` is being written, its
+            temporary file holding part of the bytes (the earlier checkpoints whole).
         step: The optimizer step.
     """
 
@@ -34,6 +36,7 @@ class Kill(Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.at == "checkpoint" and trainer.global_step == self.step:
+            trainer.strategy.checkpoint_io.wait()  # the background writes of the step done
             self.fire()
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
@@ -42,16 +45,27 @@ class Kill(Callback):
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint) -> None:
         if self.at == "write" and trainer.global_step == self.step:
-            checkpoint["fault"] = _FireWhenWritten(self.signum)  # torch.save pickles it in the middle of the write
+            from plasticity.runs import checkpoint_io
+
+            trainer.strategy.checkpoint_io.wait()  # the earlier checkpoints whole: the next file opened is this one's
+            # save_atomic's `open` (a module global shadows the builtin): the checkpoint's temporary file.
+            checkpoint_io.open = lambda path, mode: _KillMidFile(path, mode, self.signum)
+            self.step = -1  # once
 
 
-class _FireWhenWritten:
-    def __init__(self, signum: int) -> None:
+class _KillMidFile(io.FileIO):
+    """A file that sends ``signum`` to its process once it holds 1 KiB: torch.save has written its
+    header and pickle and is writing the tensors' bytes, unbuffered (they are in the file)."""
+
+    def __init__(self, path, mode: str, signum: int) -> None:
+        super().__init__(path, mode)
         self.signum = signum
 
-    def __reduce__(self):
-        os.kill(os.getpid(), self.signum)
-        return (int, (0,))
+    def write(self, data) -> int:
+        written = super().write(data)
+        if self.tell() >= 1024:
+            os.kill(os.getpid(), self.signum)
+        return written
 
 
 class Fail(Callback):

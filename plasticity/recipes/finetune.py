@@ -225,7 +225,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, checkpoints: list["ModelCheckp
 
     from plasticity.devices import precision, trainer_on_cuda
     from plasticity.progress import StepProgressBar
-    from plasticity.runs.checkpoint_io import AtomicCheckpointIO
+    from plasticity.runs.checkpoint_io import BackgroundCheckpointIO
 
     task, trainer, world = cfg.task, cfg.trainer, world_size(cfg.trainer) or 1
     accumulation = task.batch_size // (task.micro_batch_size * world)  # micro-batches per optimizer step, per process
@@ -243,7 +243,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, checkpoints: list["ModelCheckp
         # Lightning counts the validation interval in micro-batches, across epochs (no per-epoch check).
         val_check_interval=task.val_every * accumulation, check_val_every_n_epoch=None,
         callbacks=callbacks, logger=instantiate_each(cfg.logger), default_root_dir=str(run_dir),
-        plugins=[AtomicCheckpointIO(run_dir), *slurm])
+        plugins=[BackgroundCheckpointIO(run_dir), *slurm])
 
 
 def instantiate_each(group: DictConfig) -> list:

@@ -1,11 +1,11 @@
 """A training run's files: ``checkpoints/best.ckpt`` (the best validation accuracy: the test runs on
 it), ``checkpoints/last.ckpt`` (the latest validation: an interrupted run resumes from it),
-``metrics.csv`` (Lightning's CSV logger; a resumed run keeps the interrupted parts' as
-``metrics.part<k>.csv``, k = 0, 1, ... in resume order), ``plasticity_during_training.csv`` and the
-exported ``weights.safetensors``.
+``metrics.csv`` (:class:`plasticity.tracking.logger.CSVLogger`, rows appended; a resumed run keeps
+the interrupted parts' as ``metrics.part<k>.csv``, k = 0, 1, ... in resume order),
+``plasticity_during_training.csv`` and the exported ``weights.safetensors``.
 
-Every checkpoint is written whole or not at all
-(:class:`plasticity.runs.checkpoint_io.AtomicCheckpointIO`) and holds what an exact resume needs:
+Every checkpoint is written whole or not at all, in the background
+(:class:`plasticity.runs.checkpoint_io.BackgroundCheckpointIO`), and holds what an exact resume needs:
 the loops' counters, the train loader's place in its epoch, the generators' states and the config
 hash. A checkpoint that cannot resume the run never blocks it
 (:func:`prepare_resume` moves it aside).
@@ -67,8 +67,11 @@ def best_and_last(run_dir: str | Path) -> tuple["ModelCheckpoint", "ModelCheckpo
 
 
 def checkpoint_step(path: str | Path) -> int | None:
-    """The optimizer step a Lightning checkpoint was saved at (see :func:`read_checkpoint`)."""
-    return read_checkpoint(path).get("global_step")
+    """The optimizer step a Lightning checkpoint was saved at, read without its tensors: ``mmap``
+    maps their bytes instead of reading them (a checkpoint can weigh hundreds of MB)."""
+    import torch
+
+    return torch.load(path, map_location="cpu", mmap=True, weights_only=True).get("global_step")
 
 
 def read_checkpoint(path: str | Path) -> dict:
