@@ -65,6 +65,9 @@ def unavailable() -> str | None:
     if os.geteuid() != 0:
         return ("the SLURM tests start munged, slurmd and slurmctld and need root (CI runs them as root); "
                 "run pytest as root to include them")
+    if Path("/proc/self/uid_map").read_text().split() != ["0", "0", "4294967295"]:
+        return ("root only inside a user namespace (unshare -U -r, a rootless container): the SLURM daemons need "
+                "the host's root; run pytest as root outside it to include them")
     missing = [name for name in BINARIES if which(name) is None]
     if missing:
         return (f"SLURM is not installed ({', '.join(missing)} missing). Fix: make slurm (as root: apt-get install "

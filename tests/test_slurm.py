@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -36,14 +37,17 @@ LAUNCH_TIMEOUT_S = 420
 GRID = ["component=ln1,mha", "seed=0,42"]
 GRID_RUNS = [(c, s) for c in ("ln1", "mha") for s in (0, 42)]  # in the sweep's job order
 # 160 train images / 16 = 10 steps an epoch; a validation and last.ckpt every 7 steps, so the first
-# checkpoint (where the requeued job resumes) falls inside the first epoch. Long enough that a
-# requeue lands before the end; with augmentation (the generators' states are in the checkpoint).
-LONG = ["component=fc1", "task.max_steps=600", "task.val_every=7", "task.batch_size=16",
+# checkpoint (where the requeued job resumes) falls inside the first epoch; with augmentation (the
+# generators' states are in the checkpoint). The interrupted jobs stop themselves (SIGSTOP) once that
+# checkpoint is on the disk (HOLD) and are held there until their signal waits for them: the signal
+# lands at step 7 however loaded the machine is, so 30 steps (two epoch ends after the resume) suffice.
+LONG = ["component=fc1", "task.max_steps=30", "task.val_every=7", "task.batch_size=16",
         "task.micro_batch_size=16"]
+HOLD = ["+callbacks.fault._target_=tests.faults.Kill", "+callbacks.fault.signal=STOP", "+callbacks.fault.at=checkpoint",
+        "+callbacks.fault.step=7"]
 SETUP_LINE = "setup line ran in job"
 FAIL_MHA = ["+callbacks.fault._target_=tests.faults.Fail", "+callbacks.fault.component=${component.name}",
             "+callbacks.fault.fail_for=mha"]
-USR2_BIT = 1 << (signal.SIGUSR2 - 1)
 
 
 def slurm_args(**keys) -> list[str]:
@@ -120,14 +124,38 @@ def holder(path: Path, timeout: float, proc: subprocess.Popen, need_ckpt: bool =
     return None
 
 
-def usr2_pending(pid: int) -> bool:
-    """SIGUSR2 waits, undelivered, for the (stopped) process ``pid``."""
+def proc_status(pid: int) -> str | None:
+    """``/proc/<pid>/status`` (None: the process is gone)."""
     try:
-        status = Path(f"/proc/{pid}/status").read_text()
+        return Path(f"/proc/{pid}/status").read_text()
     except FileNotFoundError:
-        return True  # gone: nothing left to wait for
+        return None
+
+
+def stopped(status: str | None) -> bool:
+    return status is not None and re.search(r"^State:\s*T", status, flags=re.M) is not None
+
+
+def stopped_job(path: Path, proc: subprocess.Popen, seen: set[int]) -> dict | None:
+    """The job process holding ``path``'s run lock once it stopped itself (HOLD), one not in ``seen``;
+    None if the launch ended first."""
+    deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = lock_holder(path)
+        if found and found.get("slurm_job") and found.get("pid") not in seen and stopped(proc_status(found["pid"])):
+            return found
+        time.sleep(0.05)
+    return None
+
+
+def waiting(pid: int, signum: int) -> bool:
+    """``signum`` waits, undelivered, for the stopped process ``pid``, or it runs again (SLURM may
+    continue a job before it signals it), or it is gone: nothing left to wait for."""
+    status = proc_status(pid)
+    if not stopped(status):
+        return True
     masks = re.findall(r"^(?:SigPnd|ShdPnd):\s*([0-9a-f]+)$", status, flags=re.M)
-    return any(int(mask, 16) & USR2_BIT for mask in masks)
+    return any(int(mask, 16) & (1 << (signum - 1)) for mask in masks)
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
@@ -190,6 +218,23 @@ def test_the_sweeper_hands_the_launcher_only_runs_not_done(tmp_path, capsys, ski
         assert "skipped 0 done runs, submitting 3" in capsys.readouterr().out
         assert [num for num, _ in submitted] == [0, 1, 2] and returns[0].return_value["num"] == 0
     assert [r.return_value.get("num") for r in returns[1:]] == [1, 2]
+
+
+def test_a_signal_during_a_stop_is_noted_not_raised_mid_record():
+    """SLURM's SIGTERM follows submitit's requeue on the time limit's SIGUSR2 (and a requeue's SIGTERM
+    may come twice): once the run stops, a later signal is noted, so the stop is recorded whole."""
+    from plasticity.runs.stop import Interrupted, recording_signals
+
+    previous = signal.signal(signal.SIGUSR2, lambda signum, frame: sys.exit(-1))  # submitit's requeue, then exit
+    try:
+        for first in (signal.SIGTERM, signal.SIGUSR2):
+            with recording_signals() as received:
+                with pytest.raises((Interrupted, SystemExit)):
+                    os.kill(os.getpid(), first)
+                os.kill(os.getpid(), signal.SIGTERM)  # while the first stop is recorded: noted only
+            assert received == [first, signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
 
 
 # ----------------------------------------------------------------------------- one finished grid
@@ -286,8 +331,8 @@ def test_half_finished_grid_submits_only_the_missing_runs(finished_grid, slurm_c
 
 @dataclass
 class Interrupted:
-    """The same 600-step run three ways, each launched from ``root/<name>``: ``reference``
-    (uninterrupted, no SLURM), ``preempted`` (``scontrol requeue`` past its first checkpoint) and
+    """The same 30-step run three ways, each launched from ``root/<name>``: ``reference``
+    (uninterrupted, no SLURM), ``preempted`` (``scontrol requeue`` at its first checkpoint) and
     ``timed_out`` (past a 1-minute time limit)."""
 
     root: Path
@@ -299,41 +344,33 @@ class Interrupted:
         return run_dir(self.root / name)
 
 
-def requeue_after_checkpoint(cluster, state: Interrupted, proc: subprocess.Popen) -> None:
-    """``scontrol requeue`` the run's job once its first ``last.ckpt`` exists (a preemption)."""
-    found = holder(state.run("preempted"), LAUNCH_TIMEOUT_S, proc, need_ckpt=True)
-    if found is None:
-        state.notes["preempted"] = "the launch ended before a checkpoint"
-        return
-    state.jobs["preempted"] = found["slurm_job"]
-    cluster.run("scontrol", "requeue", found["slurm_job"])
-
-
-def hold_until_time_limit_signal(state: Interrupted, proc: subprocess.Popen, held: threading.Event) -> None:
-    """Keeps the run from finishing before its time limit: once its first ``last.ckpt`` exists, the
-    job's Python is stopped (SIGSTOP; ``held`` is set) until SLURM's warning signal (USR2) waits for
-    it, then continued: it handles the signal as a run longer than its limit would."""
-    try:
-        found = holder(state.run("timed_out"), LAUNCH_TIMEOUT_S, proc, need_ckpt=True)
-        if found is None:
-            state.notes["timed_out"] = "the launch ended before a checkpoint"
-            return
-        state.jobs["timed_out"] = found["slurm_job"]
-        pid = found["pid"]
-        os.kill(pid, signal.SIGSTOP)
-    finally:
+def hold(state: Interrupted, name: str, proc: subprocess.Popen, signum: int, timeout_s: float, act=None,
+         held: threading.Event | None = None) -> None:
+    """Holds the job of run ``name`` where it stopped itself (``held`` is set then): ``act(job)``, then
+    continues it once ``signum`` waits for it (it handles the signal at step 7). Its next part,
+    resumed at step 7, stops there again and is continued at once."""
+    found = stopped_job(state.run(name), proc, set())
+    if held is not None:
         held.set()
-    try:
-        deadline = time.monotonic() + 150  # SIGUSR2 comes 29 to 59 s after the job started
-        while not usr2_pending(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if not usr2_pending(pid):
-            state.notes["timed_out"] = "no SIGUSR2 reached the job within 150 s"
-    finally:
+    if found is None:
+        state.notes[name] = "the launch ended before its job stopped at step 7"
+        return
+    state.jobs[name] = found["slurm_job"]
+    if act is not None:
+        act(found["slurm_job"])
+    deadline = time.monotonic() + timeout_s
+    while not waiting(found["pid"], signum) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not waiting(found["pid"], signum):
+        state.notes[name] = f"no {signal.Signals(signum).name} reached the job within {timeout_s:.0f} s"
+    seen = set()
+    while found is not None:
+        seen.add(found["pid"])
         try:
-            os.kill(pid, signal.SIGCONT)
+            os.kill(found["pid"], signal.SIGCONT)
         except ProcessLookupError:
             pass
+        found = stopped_job(state.run(name), proc, seen)
 
 
 @pytest.fixture(scope="module")
@@ -344,15 +381,18 @@ def interrupted(slurm_cluster, data_dir, tmp_path_factory) -> Interrupted:
     # A 1-minute limit with the signal 1 s before it: slurmctld checks every 30 s and signals when
     # the limit is within signal_delay_s + 30 s, so USR2 comes 29-59 s after the start (room for
     # Python's imports and the first checkpoint) and at least 30 s before the job is killed.
-    procs = {"timed_out": start(slurm_cluster, state.root / "timed_out", data_dir, *LONG, timeout_min=1,
+    procs = {"timed_out": start(slurm_cluster, state.root / "timed_out", data_dir, *LONG, *HOLD, timeout_min=1,
                                 signal_delay_s=1, max_num_timeout=3)}
     held = threading.Event()
-    drivers = [threading.Thread(target=hold_until_time_limit_signal, args=(state, procs["timed_out"], held))]
+    drivers = [threading.Thread(target=hold, args=(state, "timed_out", procs["timed_out"], signal.SIGUSR2, 150),
+                                kwargs={"held": held})]
     drivers[0].start()
     held.wait(timeout=LAUNCH_TIMEOUT_S)
-    procs["preempted"] = start(slurm_cluster, state.root / "preempted", data_dir, *LONG)
+    procs["preempted"] = start(slurm_cluster, state.root / "preempted", data_dir, *LONG, *HOLD)
     procs["reference"] = start(slurm_cluster, state.root / "reference", data_dir, *LONG, slurm=False)
-    drivers.append(threading.Thread(target=requeue_after_checkpoint, args=(slurm_cluster, state, procs["preempted"])))
+    requeue = partial(slurm_cluster.run, "scontrol", "requeue")  # a preemption
+    drivers.append(threading.Thread(target=hold, args=(state, "preempted", procs["preempted"], signal.SIGTERM, 60,
+                                                       requeue)))
     drivers[1].start()
     for thread in drivers:
         thread.join()
@@ -378,7 +418,7 @@ def test_requeued_job_resumes_to_the_uninterrupted_result(interrupted, slurm_clu
     assert record["status"] == "done" and record["resumed"] is True, "the run ended before the requeue landed"
     log = (run / "launch.log").read_text()
     assert "run interrupted (stopped by SIGTERM)" in log  # the requeue's SIGTERM was recorded, then resumed
-    assert "resuming an interrupted run from step 7 of 600" in log  # the checkpoint inside the first epoch
+    assert "resuming an interrupted run from step 7 of 30" in log  # the checkpoint inside the first epoch
     assert (run / "metrics.part0.csv").is_file()  # the same run directory: the first part's metrics kept
     assert "done 1 (skipped 0)" in out
     assert_same_run(interrupted.run("reference"), run)
@@ -444,13 +484,13 @@ DDP_RUN = ["component=fc1", "task.max_steps=200", "task.val_every=7", "task.batc
 
 
 @pytest.mark.slow
-def test_ddp_job_runs_as_two_srun_ranks_and_resumes_after_a_requeue(slurm_cluster, data_dir, tmp_path):
+def test_ddp_job_runs_as_two_srun_ranks_and_resumes_after_a_requeue(slurm_cluster, data_dir, tmp_path, monkeypatch):
     """``hydra.launcher.tasks_per_node=2``: srun starts 2 ranks, Lightning's SLURM environment joins
     them (gloo); the job is requeued past its first checkpoint and ends like one process with the
     same global batch (micro-batch 8 on each of 2 ranks against 16 on one: were rank 1 not in the
     gradient all-reduce, rank 0 would see half the batches and the weights would differ)."""
     for name in DDP_ENV:
-        os.environ.pop(name, None)
+        monkeypatch.delenv(name, raising=False)
     reference = start(slurm_cluster, tmp_path / "one", data_dir, *DDP_RUN, "task.micro_batch_size=16", slurm=False)
     ddp = start(slurm_cluster, tmp_path / "ddp", data_dir, *DDP_RUN, "task.micro_batch_size=8", "trainer=cpu",
                 "trainer.devices=2", "trainer.strategy=ddp", tasks_per_node=2, cpus_per_task=1)
