@@ -253,11 +253,13 @@ def test_a_folder_finetunes_measures_and_probes(tmp_path):
     root = write_tree(tmp_path / "pics")
     data = ["debug=tiny", "dataset=folder", f"dataset.root={root}"]
     for overrides in (["task=prepare"], [], ["task=plasticity", f"task.reference=folder:{root}", "task.n_pairs=3"],
-                      ["task=linear_probe"]):
+                      ["task=linear_probe"], ["task=bounds", f"task.reference=folder:{root}", "task.n_pairs=3"],
+                      ["component=auto", f"component.auto.reference=folder:{root}", "component.auto.n_pairs=3"]):
         done = launch(tmp_path / "out", *data, *overrides)
         assert done.returncode == 0, done.stderr[-3000:]
-    (fine,), (probe,) = records(tmp_path / "out", "finetune"), records(tmp_path / "out", "linear_probe")
-    assert fine["status"] == "done" and probe["status"] == "done" and fine["split_hash"] == probe["split_hash"]
+    (auto, fine), (probe,) = records(tmp_path / "out", "finetune"), records(tmp_path / "out", "linear_probe")
+    assert all(r["status"] == "done" for r in (auto, fine, probe)) and fine["split_hash"] == probe["split_hash"]
+    assert auto["selected"] and (records(tmp_path / "out", "bounds")[0]["status"] == "done")
     measured = json.loads(next((tmp_path / "out" / "plasticity").rglob("plasticity.json")).read_text())
     assert f"disjoint examples of folder:{root}/all" in measured["pairs_from"]  # the reference shares the examples
     assert len(measured["ranking"]) == 5
