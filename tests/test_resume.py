@@ -1,11 +1,14 @@
 """Interrupted anywhere, resumed exactly: a run stopped by SIGKILL, SIGTERM or SIGINT (at a
 checkpoint inside an epoch, at an epoch's end, during validation, during a checkpoint write), by a
 full disk or by its folder vanishing, or left with a truncated or garbage ``last.ckpt``, is
-relaunched and compared with the uninterrupted run: the same metrics rows, accuracies, best step and
-weights, bit for bit.
+relaunched and compared with the uninterrupted run: every record field, every metric row at its
+step (each launch's rows before the next launch starts) and both checkpoints' weights (the last
+one at the final step), bit for bit.
 
-The end-to-end cases are real launches (subprocesses) with a fault injected by
-:mod:`tests.faults`; the full disk is a real tmpfs (root only; skipped with the reason elsewhere).
+The end-to-end cases are real launches with a fault injected by :mod:`tests.faults`: forked from
+one server (tests/forklaunch.py), and the uninterrupted run and the chain's last part in new
+interpreters; a forked run is compared with a fresh one. The full disk is a real tmpfs (root only;
+skipped with the reason elsewhere).
 """
 
 from __future__ import annotations
