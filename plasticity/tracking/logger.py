@@ -1,5 +1,6 @@
-"""The W&B side of a run: Lightning's ``WandbLogger`` made sliceable, and the tables, figures and
-summary every task leaves in W&B.
+"""The loggers of a run: ``metrics.csv`` (:class:`CSVLogger`, whose earlier rows are never rewritten
+in place), Lightning's ``WandbLogger`` made sliceable, and the tables, figures and summary every
+task leaves in W&B.
 
 What a run stores in W&B (``logger=wandb``):
 
@@ -28,20 +29,47 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.pytorch.loggers import CSVLogger as LightningCSVLogger
 from lightning.pytorch.loggers import WandbLogger as LightningWandbLogger
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.utilities import rank_zero_only
 from omegaconf import DictConfig, OmegaConf
 
 from plasticity.compat import run_started, without_anonymous
 from plasticity.tracking import STEP_METRIC, SUMMARY_KEYS, wandb_enabled
 
-__all__ = ["STEP_METRIC", "WandbLogger", "finish", "log_analysis", "open_run", "run_config", "wandb_enabled"]
+__all__ = ["CSVLogger", "STEP_METRIC", "WandbLogger", "finish", "log_analysis", "open_run", "run_config",
+           "wandb_enabled"]
 
 log = logging.getLogger(__name__)
 
 STEPPED = ("train/*", "val/*", "test/*", "grad_norm/*", "plasticity/*", "lr")
 """Metric families plotted against :data:`STEP_METRIC`."""
 OSH_DIR = "~/.wandb_osh_command_dir"
+
+
+class CSVLogger(LightningCSVLogger):
+    """Lightning's ``CSVLogger`` writing ``metrics.csv`` with :class:`MetricsWriter`: a full disk or a
+    kill can cost the rows being written, never the earlier ones."""
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> "MetricsWriter":  # noqa: D102 - Lightning's, with the writer below
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = MetricsWriter(log_dir=self.log_dir)
+        return self._experiment
+
+
+class MetricsWriter(ExperimentWriter):
+    """Appends each row to ``metrics.csv``; a new column (Lightning rewrites the file in place, where a
+    full disk can leave it half-written) writes the whole new file beside the old one and renames it over."""
+
+    def _rewrite_with_new_header(self, fieldnames: list[str]) -> None:
+        from plasticity.runs.io import read_csv, write_csv_atomic
+
+        write_csv_atomic(self.metrics_file_path, read_csv(self.metrics_file_path), fieldnames)
 
 
 class WandbLogger(LightningWandbLogger):
