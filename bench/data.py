@@ -93,7 +93,8 @@ def image_rates(spec: DataSpec, root: Path, args: argparse.Namespace, device: to
     jpeg.setup()
     out = {"setup": time.perf_counter() - start}
     normalise = DeviceTransform(args.img, MEAN, STD, train=False).to(device)
-    out["jpeg_loader"], out["jpeg"] = rate(jpeg, None, device, args.batches), rate(jpeg, normalise, device, args.batches)
+    out["jpeg_loader"], out["jpeg"] = (rate(jpeg, None, device, args.batches),
+                                       rate(jpeg, normalise, device, args.batches))
     start = time.perf_counter()
     done = prepare(spec.name, root, spec.prepared_root, args.img, train_size=args.train_size,
                    workers=max(1, args.workers), num_classes=spec.num_classes)
@@ -123,7 +124,8 @@ def text_rates(root: Path, n: int) -> dict[str, float]:
 
     timed = {"import_s": time.perf_counter() - start}
     for key, call in (("read", lambda: official_splits(spec.name, root)), ("tokenise", lambda: load_splits(spec)),
-                      ("cached", lambda: load_splits(spec)), ("builtin", lambda: source("text/rotten_tomatoes").corpus())):
+                      ("cached", lambda: load_splits(spec)),
+                      ("builtin", lambda: source("text/rotten_tomatoes").corpus())):
         start = time.perf_counter()
         done = call()
         size = len(done) if key == "builtin" else n

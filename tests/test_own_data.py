@@ -64,7 +64,8 @@ def test_a_class_folder_tree_is_split_by_the_protocol_and_hashed(tmp_path):
     name = f"folder:{root}"
     splits = official_splits(name, tmp_path)
     assert source(name).class_names == ("ant", "moth", "zebra") and splits.num_classes == 3
-    assert recorded_classes(name) == {"classes": {"ant": 0, "moth": 1, "zebra": 2}} and recorded_classes("cifar10") == {}
+    assert recorded_classes(name) == {"classes": {"ant": 0, "moth": 1, "zebra": 2}}
+    assert recorded_classes("cifar10") == {}
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())  # class, then file name
     labels = np.array([("ant", "moth", "zebra").index(f.split("/")[0]) for f in files])
     trainval, test = split_indices(36)
@@ -188,7 +189,8 @@ def test_integer_labels_map_to_their_sorted_order_and_corruptions_keep_the_examp
     ({"text": ["a b"] * 4, "label": [0.5, 1.0] * 2}, "", "must hold integers or strings, one kind; it holds float"),
     ({"text": ["a b"] * 4, "label": [0, 1] * 2, "part": ["train", "tst"] * 2}, "?split=part",
      "the split column 'part' has the values ['tst']"),
-    ({"text": ["a b", " ", "c", ""], "label": [0, 1] * 2}, "", "the text column 'text' has 2 empty row(s) (rows [1, 3])"),
+    ({"text": ["a b", " ", "c", ""], "label": [0, 1] * 2}, "",
+     "the text column 'text' has 2 empty row(s) (rows [1, 3])"),
 ])
 def test_a_bad_table_is_named_before_compute(tmp_path, rows, options, says):
     import datasets

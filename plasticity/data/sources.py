@@ -517,7 +517,8 @@ def _scan_folder(root: Path, stamp: tuple) -> dict[str, Any]:
     subs = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     user = set(subs) <= set(USER_SPLITS) and bool(subs)
     folders = {s: root / s for s in subs} if user else {"all": root}
-    classes = sorted({c.name for f in folders.values() for c in f.iterdir() if c.is_dir() and not c.name.startswith(".")})
+    classes = sorted({c.name for f in folders.values() for c in f.iterdir()
+                      if c.is_dir() and not c.name.startswith(".")})
     parts, unreadable, counts = {}, [], dict.fromkeys(classes, 0)
     for part, folder in folders.items():
         files, labels = [], []
@@ -906,7 +907,8 @@ def _load_table(name: str, location: str) -> dict[str, dict[str, list]]:
     import datasets  # only on the table path
 
     datasets.disable_progress_bars()
-    path, kinds = Path(location), {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+    path = Path(location)
+    kinds = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
     with tempfile.TemporaryDirectory() as cache:  # a local file's arrow cache: nothing left behind
         try:
             if location.startswith("hf:"):
