@@ -111,15 +111,13 @@ def submitit_log(cwd: Path, job: str) -> str:
     return "".join((folder / f"{job}_0_log.{ext}").read_text() for ext in ("out", "err"))
 
 
-def holder(path: Path, timeout: float, proc: subprocess.Popen, need_ckpt: bool = False) -> dict | None:
-    """The job process that holds ``path``'s run lock (once ``last.ckpt`` exists if ``need_ckpt``);
-    None if the launch ended first or ``timeout`` passed."""
+def holder(path: Path, timeout: float, proc: subprocess.Popen) -> dict | None:
+    """The job process that holds ``path``'s run lock; None if the launch ended first or ``timeout`` passed."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        if not need_ckpt or (path / "checkpoints" / "last.ckpt").exists():
-            found = lock_holder(path)
-            if found and isinstance(found.get("pid"), int) and found.get("slurm_job"):
-                return found
+        found = lock_holder(path)
+        if found and isinstance(found.get("pid"), int) and found.get("slurm_job"):
+            return found
         time.sleep(0.05)
     return None
 
@@ -136,14 +134,22 @@ def stopped(status: str | None) -> bool:
     return status is not None and re.search(r"^State:\s*T", status, flags=re.M) is not None
 
 
-def stopped_job(path: Path, proc: subprocess.Popen, seen: set[int]) -> dict | None:
-    """The job process holding ``path``'s run lock once it stopped itself (HOLD), one not in ``seen``;
-    None if the launch ended first."""
+def ranks(cluster, job: str) -> list[int]:
+    """The PIDs of the job's ranks on this node (the tasks of its step 0, srun's)."""
+    rows = [line.split() for line in cluster.run("scontrol", "listpids", job, check=False).splitlines()[1:]]
+    return [int(row[0]) for row in rows if len(row) > 2 and row[2] == "0"]
+
+
+def stopped_job(cluster, path: Path, proc: subprocess.Popen, seen: set[int]) -> tuple[dict, list[int]] | None:
+    """The lock holder of run ``path`` and its job's ranks once every rank stopped itself (HOLD), a
+    holder not in ``seen``; None if the launch ended first."""
     deadline = time.monotonic() + LAUNCH_TIMEOUT_S
     while time.monotonic() < deadline and proc.poll() is None:
         found = lock_holder(path)
         if found and found.get("slurm_job") and found.get("pid") not in seen and stopped(proc_status(found["pid"])):
-            return found
+            pids = ranks(cluster, found["slurm_job"])
+            if found["pid"] in pids and all(stopped(proc_status(pid)) for pid in pids):
+                return found, pids
         time.sleep(0.05)
     return None
 
@@ -156,6 +162,42 @@ def waiting(pid: int, signum: int) -> bool:
         return True
     masks = re.findall(r"^(?:SigPnd|ShdPnd):\s*([0-9a-f]+)$", status, flags=re.M)
     return any(int(mask, 16) & (1 << (signum - 1)) for mask in masks)
+
+
+def hold(cluster, path: Path, proc: subprocess.Popen, signum: int, timeout_s: float, act=None,
+         held: threading.Event | None = None) -> tuple[str | None, str | None]:
+    """Holds the job of run ``path`` where its ranks stopped themselves (``held`` is set then): ``act(job)``,
+    then continues them once ``signum`` waits for the run's process (it handles the signal at step 7).
+    Each next part, resumed at step 7, stops there again and is continued at once. Returns the job and
+    what went wrong (None: nothing), once the launch ended."""
+    part = stopped_job(cluster, path, proc, set())
+    if held is not None:
+        held.set()
+    if part is None:
+        return None, "the launch ended before its job stopped at step 7"
+    job, pid, note = part[0]["slurm_job"], part[0]["pid"], None
+    if act is not None:
+        act(job)
+    deadline = time.monotonic() + timeout_s
+    while not waiting(pid, signum) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not waiting(pid, signum):
+        note = f"no {signal.Signals(signum).name} reached the job within {timeout_s:.0f} s"
+    seen = set()
+    while part is not None:
+        seen.add(part[0]["pid"])
+        for rank in part[1]:
+            try:
+                os.kill(rank, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        part = stopped_job(cluster, path, proc, seen)
+    return job, note
+
+
+def requeue(cluster):
+    """``scontrol requeue <job>`` (a preemption)."""
+    return partial(cluster.run, "scontrol", "requeue")
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
@@ -344,35 +386,6 @@ class Interrupted:
         return run_dir(self.root / name)
 
 
-def hold(state: Interrupted, name: str, proc: subprocess.Popen, signum: int, timeout_s: float, act=None,
-         held: threading.Event | None = None) -> None:
-    """Holds the job of run ``name`` where it stopped itself (``held`` is set then): ``act(job)``, then
-    continues it once ``signum`` waits for it (it handles the signal at step 7). Its next part,
-    resumed at step 7, stops there again and is continued at once."""
-    found = stopped_job(state.run(name), proc, set())
-    if held is not None:
-        held.set()
-    if found is None:
-        state.notes[name] = "the launch ended before its job stopped at step 7"
-        return
-    state.jobs[name] = found["slurm_job"]
-    if act is not None:
-        act(found["slurm_job"])
-    deadline = time.monotonic() + timeout_s
-    while not waiting(found["pid"], signum) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if not waiting(found["pid"], signum):
-        state.notes[name] = f"no {signal.Signals(signum).name} reached the job within {timeout_s:.0f} s"
-    seen = set()
-    while found is not None:
-        seen.add(found["pid"])
-        try:
-            os.kill(found["pid"], signal.SIGCONT)
-        except ProcessLookupError:
-            pass
-        found = stopped_job(state.run(name), proc, seen)
-
-
 @pytest.fixture(scope="module")
 def interrupted(slurm_cluster, data_dir, tmp_path_factory) -> Interrupted:
     """The time-limited job first; once it is stopped past its first checkpoint (waiting for its
@@ -384,15 +397,18 @@ def interrupted(slurm_cluster, data_dir, tmp_path_factory) -> Interrupted:
     procs = {"timed_out": start(slurm_cluster, state.root / "timed_out", data_dir, *LONG, *HOLD, timeout_min=1,
                                 signal_delay_s=1, max_num_timeout=3)}
     held = threading.Event()
-    drivers = [threading.Thread(target=hold, args=(state, "timed_out", procs["timed_out"], signal.SIGUSR2, 150),
-                                kwargs={"held": held})]
+
+    def drive(name: str, *args, **kwargs) -> None:
+        state.jobs[name], note = hold(slurm_cluster, state.run(name), procs[name], *args, **kwargs)
+        if note:
+            state.notes[name] = note
+
+    drivers = [threading.Thread(target=drive, args=("timed_out", signal.SIGUSR2, 150), kwargs={"held": held})]
     drivers[0].start()
     held.wait(timeout=LAUNCH_TIMEOUT_S)
     procs["preempted"] = start(slurm_cluster, state.root / "preempted", data_dir, *LONG, *HOLD)
     procs["reference"] = start(slurm_cluster, state.root / "reference", data_dir, *LONG, slurm=False)
-    requeue = partial(slurm_cluster.run, "scontrol", "requeue")  # a preemption
-    drivers.append(threading.Thread(target=hold, args=(state, "preempted", procs["preempted"], signal.SIGTERM, 60,
-                                                       requeue)))
+    drivers.append(threading.Thread(target=drive, args=("preempted", signal.SIGTERM, 60, requeue(slurm_cluster))))
     drivers[1].start()
     for thread in drivers:
         thread.join()
@@ -477,10 +493,10 @@ def test_failed_and_killed_jobs_are_recorded_and_the_others_finish(slurm_cluster
 # ------------------------------------------------------------------ one run as 2 ranks through srun
 
 DDP_ENV = ("LOCAL_RANK", "NODE_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PLASTICITY_RANK0_DECISION")
-# 160 train images: 10 global steps of 16 an epoch, last.ckpt every 7 steps (inside an epoch); long
-# enough that the requeue lands between the first checkpoint and the end. No augmentation: one
+# 160 train images: 10 global steps of 16 an epoch, last.ckpt every 7 steps (inside an epoch); both
+# ranks stop themselves there (HOLD) until the requeue's SIGTERM waits. No augmentation: one
 # process draws crops for 16 images where each of 2 ranks draws for its 8 (other crops, same order).
-DDP_RUN = ["component=fc1", "task.max_steps=200", "task.val_every=7", "task.batch_size=16", "dataset.augment=false"]
+DDP_RUN = ["component=fc1", "task.max_steps=30", "task.val_every=7", "task.batch_size=16", "dataset.augment=false"]
 
 
 @pytest.mark.slow
@@ -492,15 +508,13 @@ def test_ddp_job_runs_as_two_srun_ranks_and_resumes_after_a_requeue(slurm_cluste
     for name in DDP_ENV:
         monkeypatch.delenv(name, raising=False)
     reference = start(slurm_cluster, tmp_path / "one", data_dir, *DDP_RUN, "task.micro_batch_size=16", slurm=False)
-    ddp = start(slurm_cluster, tmp_path / "ddp", data_dir, *DDP_RUN, "task.micro_batch_size=8", "trainer=cpu",
+    ddp = start(slurm_cluster, tmp_path / "ddp", data_dir, *DDP_RUN, *HOLD, "task.micro_batch_size=8", "trainer=cpu",
                 "trainer.devices=2", "trainer.strategy=ddp", tasks_per_node=2, cpus_per_task=1)
-    found = holder(run_dir(tmp_path / "ddp"), LAUNCH_TIMEOUT_S, ddp, need_ckpt=True)
-    assert found is not None, (tmp_path / "ddp" / "launch.out").read_text()[-3000:]
-    slurm_cluster.run("scontrol", "requeue", found["slurm_job"])
+    job, note = hold(slurm_cluster, run_dir(tmp_path / "ddp"), ddp, signal.SIGTERM, 60, requeue(slurm_cluster))
     code, out = finish(ddp, tmp_path / "ddp")
-    assert code == 0, out[-3000:]
+    assert note is None and code == 0, (note, out[-3000:])
     assert finish(reference, tmp_path / "one")[0] == 0
-    assert re.search(r"\bRestarts=1\b", slurm_cluster.show(found["slurm_job"]))
+    assert re.search(r"\bRestarts=1\b", slurm_cluster.show(job))
     job = only_job(tmp_path / "ddp")
     folder = tmp_path / "ddp" / "outputs" / ".submitit" / job
     rank1 = (folder / f"{job}_1_log.out").read_text() + (folder / f"{job}_1_log.err").read_text()
