@@ -103,7 +103,7 @@ def mount_refused() -> str | None:
         done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", folder], capture_output=True,
                               text=True)
         if done.returncode != 0:
-            first = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[0]  # the rest: a dmesg hint
+            first = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[0].rstrip(".")  # then a dmesg hint
             return (f"mount refused though root (a user namespace or an unprivileged container): {first}; "
                     "run as root on the host to include it")
         subprocess.run(["umount", folder], check=True)
