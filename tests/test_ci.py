@@ -28,11 +28,12 @@ def test_also_needs_root(cluster):
 '''
 
 
-def session(tmp_path: Path, ci: bool, *args: str, tests: str = TESTS) -> subprocess.CompletedProcess:
+def session(tmp_path: Path, ci: bool, *args: str, tests: str = TESTS, prefix: tuple[str, ...] = ()
+            ) -> subprocess.CompletedProcess:
     """pytest on ``tests`` (one passing and two skipping tests), with this suite's conftest as a plugin."""
     (tmp_path / "test_promises.py").write_text(tests)
     env = {k: v for k, v in os.environ.items() if k != "CI"} | {"PYTHONPATH": str(ROOT)} | ({"CI": "1"} if ci else {})
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider",
+    return subprocess.run([*prefix, sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider",
                            *args, str(tmp_path / "test_promises.py")], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=300)
 
@@ -59,3 +60,12 @@ def test_without_ci_skips_pass_with_one_line_of_what_was_not_checked(tmp_path):
 def test_under_ci_a_session_without_skips_passes(tmp_path):
     proc = session(tmp_path, True, tests="def test_runs():\n    assert True\n")
     assert proc.returncode == 0 and "1 passed" in proc.stdout and "CI:" not in proc.stdout, proc.stdout[-3000:]
+
+
+def test_in_a_user_namespace_the_mounting_tests_skip_saying_why_and_ci_fails(tmp_path):
+    """The acceptance's case: root inside ``unshare -U -r``, where mounting is refused (the full-disk and
+    read-only tests take conftest's ``mounting``)."""
+    proc = session(tmp_path, True, tests="def test_mounts(mounting):\n    pass\n", prefix=("unshare", "-U", "-r"))
+    assert proc.returncode == pytest.ExitCode.TESTS_FAILED, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "test_promises.py::test_mounts: mount refused though root (a user namespace" in proc.stdout
+    assert "run as root on the host to include it" in proc.stdout
