@@ -613,9 +613,10 @@ def resolved(cfg: Any, raw: dict, p: Problems) -> dict | None:
     return None if reasons else tree
 
 
-FOLDER_KEYS = ("dataset.name", "task.reference")
+FOLDER_KEYS = ("dataset.name", "task.reference", "model.name")
 """Run-path keys whose values may hold a ``/`` (``fashion_mnist_c/motion_blur``: a folder per
-corruption, on purpose); any other ``/`` would add a folder the run's path does not have."""
+corruption, on purpose; a user's folder, ``hf:/data/my_vit``, ``folder:/data/pics``); any other ``/``
+would add a folder the run's path does not have."""
 _PATH_KEY = re.compile(r"(?<=[{,:])\s*([A-Za-z_][\w.]*)\s*(?=[},])")
 """The config keys an interpolation reads: ``${a.b}``, ``${resolver:a.b,c}``, ``${oc.select:a.b,null}``."""
 ABSENT = object()

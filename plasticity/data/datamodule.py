@@ -235,9 +235,9 @@ class DataModule(L.LightningDataModule):
         self.splits = load_splits(self.spec)
         self._check_batches(len(self.splits.train))  # before a trainer exists (component=auto measures on train)
         if self.spec.source.kind == "files" and not self.splits.prepared:
-            log.warning("%s: reading JPEG files (no prepared arrays for img_size %d). Run `python launch.py "
-                        "task=prepare dataset=%s` once to decode them ahead of training.", self.spec.name,
-                        self.spec.img_size, self.spec.name)
+            log.warning("%s: reading JPEG files (no prepared arrays for img_size %d). Run this command once with "
+                        "task=prepare (the same dataset options) to decode them ahead of training.", self.spec.name,
+                        self.spec.img_size)
 
     def _check_batches(self, n: int, world: int = 1) -> None:
         """Raise unless ``n`` training examples fill one micro-batch on each of ``world`` processes."""
