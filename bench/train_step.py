@@ -13,12 +13,30 @@ gradients still flow down to block 0), a head-only step about 0.34 (forward only
 ``--components`` also takes combinations (``mha+fc1``) and LoRA (``mha_lora_r8``: rank 8, alpha
 16, on MHA's qkv and proj); with ``mha`` among them a column gives each step time relative to full
 MHA finetuning.
+
+    python bench/train_step.py --vs-bare                # the framework against a bare loop (CPU, one thread)
+
+``--vs-bare``: what the framework costs over the same arithmetic. A real ``launch.py`` finetuning
+(``VS_BARE``: the micro ViT's FC1 on five Fashion-MNIST classes, 200 steps of 64 images, a validation
+of 500 images and its two checkpoints every 20 steps, one thread), in its own process, against a
+bare PyTorch loop in its own process on the same data, model, trained group, optimizer and schedule:
+forward, backward, the logged loss and gradient norms, clipping at norm 1, SGD, the same validations
+(the same best accuracy: printed), no checkpoint or log. Framework time: ``trainer.fit``; bare time:
+from the optimizer's creation on; each as wall time and as the training thread's CPU time (less
+affected by other load; blind to waits such as an fsync). Runs each ``--repeats`` times,
+interleaved; prints the medians, their ratio and the median of the paired ratios (each framework run
+over the bare run after it), and the framework's seconds in checkpoint saves on the training thread.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -79,6 +97,128 @@ def measure(args: argparse.Namespace, component: str) -> dict:
     return {"component": component, "params": selection.counts["total"], "ms": 1e3 * seconds, "peak_gib": peak}
 
 
+ROOT = Path(__file__).resolve().parents[1]
+VS_BARE = ["model=vit_micro", "dataset=fashion_mnist", "dataset.classes=[5,6,7,8,9]", "dataset.num_classes=5",
+           "dataset.eval_limit=500", "dataset.crop_scale=[0.85,1.0]", "component=fc1", "optimizer.lr=0.1",
+           "trainer=cpu", "trainer.num_sanity_val_steps=0", "trainer.enable_progress_bar=false", "threads=1",
+           "task.max_steps=200", "task.warmup_steps=20", "task.val_every=20", "task.batch_size=64",
+           "task.micro_batch_size=64", "task.eval_batch_size=500", "print_config=false", "resume=false"]
+"""The finetuning ``--vs-bare`` times (``paths.data_dir`` is the repository's ``data/``: ``make data``)."""
+
+
+def bare_run(overrides: list[str]) -> tuple[float, float, float, float]:
+    """A bare PyTorch loop doing the arithmetic of the launch of ``overrides``: its seconds (wall, and
+    CPU of this thread, which runs every computation), its best validation accuracy and 0 (no checkpoint)."""
+    import hydra
+    import lightning as L
+    from torch.nn.utils import clip_grad_norm_
+
+    from plasticity.data.splits import expected_classes
+    from plasticity.recipes.finetune import Finetune, build_datamodule, build_module, build_selection
+
+    with hydra.initialize_config_dir(config_dir=str(plasticity.CONF_DIR), version_base="1.3"):
+        cfg = hydra.compose("config", overrides=overrides)
+    torch.set_num_threads(cfg.threads)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)  # what Finetune.fit draws, in its order
+    classes = expected_classes(cfg.dataset.name, cfg.dataset.num_classes)
+    net = Finetune(cfg, Path(tempfile.gettempdir())).create_net(classes)
+    datamodule = build_datamodule(cfg, net)
+    net, selection, _ = build_selection(cfg, net, datamodule)
+    module = build_module(cfg, net, selection, datamodule, "bench")
+    wall, cpu = time.perf_counter(), time.thread_time()
+    config = module.configure_optimizers()
+    optimizer, schedule = config["optimizer"], config["lr_scheduler"]["scheduler"]
+    params, accuracies = [p for p in net.parameters() if p.requires_grad], []
+    net.train()
+    for step, (images, labels, *sizes) in enumerate(datamodule.train_dataloader(), start=1):
+        loss = F.cross_entropy(net(module.train_transform(images, *sizes)), labels)
+        loss.backward()
+        [v.item() for v in (loss, *module.grad_norms().values())]  # the logged row's values
+        clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step % cfg.task.val_every == 0:
+            accuracies.append(validate(net, module, datamodule.val_dataloader()))
+        if step == cfg.task.max_steps:
+            return time.perf_counter() - wall, time.thread_time() - cpu, max(accuracies), 0.0
+    raise ValueError(f"the train set has fewer than task.max_steps={cfg.task.max_steps} batches")
+
+
+def validate(net: torch.nn.Module, module: FinetuneModule, loader) -> float:
+    """The validation accuracy, as the framework computes it (eval mode, no autograd)."""
+    net.eval()
+    correct, count = 0, 0
+    with torch.inference_mode():
+        for images, labels, *_ in loader:
+            logits = net(module.eval_transform(images))
+            correct += int((logits.argmax(1) == labels).sum())
+            F.cross_entropy(logits, labels).item()  # the logged validation loss
+            count += len(labels)
+    net.train()
+    return correct / count
+
+
+def framework_run(overrides: list[str]) -> tuple[float, float, float, float]:
+    """A real ``launch.py`` finetuning of ``overrides`` in this process (a temporary output folder):
+    ``trainer.fit``'s seconds (wall, and CPU of this thread: the training's; a checkpoint writer's
+    thread not counted), the record's best validation accuracy and the seconds the training thread
+    spent in the strategy's ``save_checkpoint`` (the checkpoints' share of the step path)."""
+    import runpy
+
+    import lightning as L
+    from lightning.pytorch.strategies import Strategy
+
+    fit, save, timed, saving = L.Trainer.fit, Strategy.save_checkpoint, [], []
+
+    def timed_fit(self, *args, **kwargs):
+        wall, cpu = time.perf_counter(), time.thread_time()
+        fit(self, *args, **kwargs)
+        timed.append((time.perf_counter() - wall, time.thread_time() - cpu))
+
+    def timed_save(self, *args, **kwargs):
+        start = time.perf_counter()
+        save(self, *args, **kwargs)
+        saving.append(time.perf_counter() - start)
+
+    L.Trainer.fit, Strategy.save_checkpoint = timed_fit, timed_save
+    with tempfile.TemporaryDirectory() as out:
+        sys.argv = [str(ROOT / "launch.py"), *overrides, f"paths.output_dir={out}", f"paths.data_dir={ROOT / 'data'}"]
+        try:
+            runpy.run_path(sys.argv[0], run_name="__main__")
+        except SystemExit as end:
+            if end.code:
+                raise
+        (result,) = Path(out).glob("**/result.json")
+        return *timed[0], json.loads(result.read_text())["best_val_acc"], sum(saving)
+
+
+def vs_bare(repeats: int) -> None:
+    """Prints the framework's and the bare loop's median seconds (wall and CPU), their ratios, the
+    medians of the paired ratios, both best validation accuracies (equal: the same arithmetic) and the
+    framework's seconds in checkpoint saves on the training thread."""
+    runs: dict[str, list[tuple[float, ...]]] = {"framework": [], "bare": []}
+    for _ in range(repeats):
+        for name in runs:  # each in its own process, one after the other
+            done = subprocess.run([sys.executable, __file__, f"--{name}-run"], capture_output=True, text=True,
+                                  env={**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"})
+            if done.returncode != 0:
+                raise SystemExit(done.stderr[-3000:])
+            runs[name].append(tuple(float(v) for v in done.stdout.split()[-4:]))
+    print(f"# {' '.join(VS_BARE)}; {repeats} runs each, interleaved, torch {torch.__version__}")
+    for i, kind in enumerate(("wall", "CPU")):
+        medians = {name: statistics.median(r[i] for r in values) for name, values in runs.items()}
+        paired = statistics.median(f[i] / b[i] for f, b in zip(runs["framework"], runs["bare"]))
+        for name, values in runs.items():
+            print(f"{kind:4s} {name:9s} median {medians[name]:.2f} s ({', '.join(f'{r[i]:.2f}' for r in values)})")
+        print(f"{kind:4s} framework / bare: {medians['framework'] / medians['bare']:.3f}x (medians), "
+              f"{paired:.3f}x (paired)")
+    print("best val acc: " + ", ".join(f"{name} {sorted({r[2] for r in values})}" for name, values in runs.items()))
+    saves = [r[3] for r in runs["framework"]]
+    print(f"framework: checkpoint saves on the training thread, median {statistics.median(saves):.3f} s a run "
+          f"({', '.join(f'{s:.3f}' for s in saves)})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="vit_base_patch16_224")
@@ -88,7 +228,15 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--components", default=",".join(c for c in COMPONENTS if c != "emb"))
+    parser.add_argument("--vs-bare", action="store_true", help="the framework against a bare loop (see above)")
+    parser.add_argument("--repeats", type=int, default=3, help="--vs-bare: runs of each")
+    parser.add_argument("--bare-run", action="store_true", help=argparse.SUPPRESS)  # one run of each, in its process
+    parser.add_argument("--framework-run", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.bare_run or args.framework_run:
+        return print(*(bare_run if args.bare_run else framework_run)(VS_BARE))
+    if args.vs_bare:
+        return vs_bare(args.repeats)
     if args.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
