@@ -261,6 +261,7 @@ def test_a_folder_finetunes_measures_and_probes(tmp_path):
         assert done.returncode == 0, done.stderr[-3000:]
     (auto, fine), (probe,) = records(tmp_path / "out", "finetune"), records(tmp_path / "out", "linear_probe")
     assert all(r["status"] == "done" for r in (auto, fine, probe)) and fine["split_hash"] == probe["split_hash"]
+    assert fine["classes"] == probe["classes"] == {c: i for i, c in enumerate(sorted(CLASSES))}  # by name
     assert auto["selected"] and (records(tmp_path / "out", "bounds")[0]["status"] == "done")
     measured = json.loads(next((tmp_path / "out" / "plasticity").rglob("plasticity.json")).read_text())
     assert f"disjoint examples of folder:{root}/all" in measured["pairs_from"]  # the reference shares the examples

@@ -95,6 +95,7 @@ class Finetune(RecipeBase):
         trains, then tests. Returns the result fields and the module holding the best-validation weights."""
         import lightning as L
 
+        from plasticity.data.sources import recorded_classes
         from plasticity.data.splits import expected_classes
         from plasticity.tracking.logger import run_config
 
@@ -125,7 +126,8 @@ class Finetune(RecipeBase):
                 "test_loss": float(tested["test/loss"]), "majority_acc": majority_share(datamodule.splits.test.labels),
                 "best_step": int(checkpoint_step(best)),
                 "steps": int(trainer.global_step), "trainable_params": selection.counts["group"],
-                "params": selection.counts, "split_hash": datamodule.split_hash, "train_s": round(train_s, 2),
+                "params": selection.counts, "split_hash": datamodule.split_hash, **recorded_classes(cfg.dataset.name),
+                "train_s": round(train_s, 2),
                 "best_checkpoint": str(Path(best).relative_to(self.run_dir)), "resumed": resume is not None,
                 **strategy}, module
 

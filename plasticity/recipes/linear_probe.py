@@ -212,6 +212,7 @@ class LinearProbe(RecipeBase):
     def result_fields(self, net: "torch.nn.Module", splits: "Splits", x: dict, y: dict, fitted: dict,
                       **timings: float) -> dict[str, Any]:
         """The record's fields of the fitted regression: accuracies, the regression's facts, ``timings``."""
+        from plasticity.data.sources import recorded_classes
         from plasticity.probe import accuracy, grad_max, loss
 
         task = self.cfg.task
@@ -234,7 +235,7 @@ class LinearProbe(RecipeBase):
             "n_train": len(splits.train), "n_val": len(splits.val), "n_test": len(splits.test),
             "iterations": fitted["iterations"], "converged": fitted["iterations"] < task.max_iter,
             "grad_max": gmax, "precision": self.precision, **timings,
-            "split_hash": splits.split_hash,
+            "split_hash": splits.split_hash, **recorded_classes(self.cfg.dataset.name),
             "probe_file": PROBE_FILE,
         }
         if task.select_c:
