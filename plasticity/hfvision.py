@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from plasticity.text.models import family_of_config
+from plasticity.text.hub import family_of_config
 
 __all__ = ["HFVisionTransformer", "processor_stats", "tiny_vision_config"]
 

@@ -245,20 +245,28 @@ def test_report_lists_bad_records_by_path_and_writes_the_rest(tmp_path, finished
 
 
 def test_more_pairs_than_distinct_pairs_warns_records_and_narrows_nothing(tmp_path, data_dir):
-    """Reference: 100 test images; downstream: the 20 test images of the corrupted split. Sequential
-    pairs repeat after lcm(100, 20) = 100, so 150 pairs hold 100 distinct ones: the run warns, records
-    the count, and computes the 95% CI over the distinct pairs."""
+    """Reference: 100 test images; downstream: the 20 test images of the corrupted split, Fashion-MNIST's own test
+    images: pairs come from disjoint examples (the reference's even indices, the downstream set's odd ones).
+    Sequential pairs repeat after lcm of the two counts, fewer than 150: the run warns, records the count, and
+    computes the 95% CI over the distinct pairs."""
+    import math
+
     from scipy import stats
+
+    from plasticity.data import DataSpec, load_splits
 
     proc = launch(tmp_path, data_dir, "task=plasticity", "dataset=fashion_mnist_c/contrast",
                   "task.reference=fashion_mnist", "task.n_pairs=150", "task.batch_size=50", base=("debug=analysis",))
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout + proc.stderr
-    assert "task.n_pairs=150 but the test sets give only 100 distinct sequential pairs" in out
+    ref, down = (load_splits(DataSpec(name, data_dir)).examples["test"][1] for name in ("fashion_mnist",
+                                                                                          "fashion_mnist_c/contrast"))
+    n = math.lcm(int((ref % 2 == 0).sum()), int((down % 2 == 1).sum()))
+    assert 0 < n < 150 and f"task.n_pairs=150 but the test sets give only {n} distinct sequential pairs" in out
     run = next((tmp_path / "outputs" / "plasticity").rglob("plasticity.json")).parent
-    assert json.loads((run / "plasticity.json").read_text())["distinct_pairs"] == 100
+    assert json.loads((run / "plasticity.json").read_text())["distinct_pairs"] == n
     header, *lines = (run / "plasticity.csv").read_text().splitlines()
     row = dict(zip(header.split(","), lines[0].split(",")))
-    assert int(row["distinct_pairs"]) == 100 and int(row["n_pairs"]) == 150
-    half = stats.t.ppf(0.975, 99) * float(row["std"]) / 100 ** 0.5
+    assert int(row["distinct_pairs"]) == n and int(row["n_pairs"]) == 150
+    half = stats.t.ppf(0.975, n - 1) * float(row["std"]) / n ** 0.5
     assert float(row["ci95_high"]) - float(row["mean"]) == pytest.approx(half, rel=1e-6)

@@ -201,3 +201,19 @@ def load_tokenizer(name: str):
     except (OSError, ValueError) as err:
         raise WeightsError(f"model.name={name!r}: no tokenizer could be loaded from {located.path} ({err}). Fix: "
                            f"save the tokenizer beside the weights, or another model.name.") from err
+
+
+def family_of_config(config) -> str:
+    """The layer layout of a ``transformers`` config (:data:`~plasticity.text.hub.FAMILIES`).
+
+    Raises:
+        WeightsError: another architecture, naming the supported ones.
+    """
+    family = FAMILIES.get(getattr(config, "model_type", None))
+    if family is None:
+        raise WeightsError(
+            f"a {getattr(config, 'model_type', None)!r} model has no component groups here: the Hugging Face "
+            f"architectures supported are {', '.join(FAMILIES)} (config.json's model_type). Fix: model=minilm_l6, "
+            f"model=smollm2_135m, model.name=hf:<a model of those architectures> (ViT and Dinov2: a folder written "
+            f"by save_pretrained), or a timm model (model.name=vit_base_patch16_224...).")
+    return family

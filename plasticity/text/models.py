@@ -29,28 +29,12 @@ import torch.nn as nn
 
 from plasticity.data.text import PAD  # the padding id of every token batch: the data layer's
 from plasticity.errors import WeightsError
-from plasticity.text.hub import FAMILIES, IMAGE_FAMILIES, is_vision_model, locate
+from plasticity.text.hub import FAMILIES, IMAGE_FAMILIES, family_of_config, is_vision_model, locate
 
 __all__ = ["FAMILIES", "PAD", "TextTransformer", "check_text_model", "create_hf_model", "create_text_model",
            "family_of_config", "max_positions", "text_config", "tiny_config"]
 
 log = logging.getLogger(__name__)
-
-
-def family_of_config(config) -> str:
-    """The layer layout of a ``transformers`` config (:data:`~plasticity.text.hub.FAMILIES`).
-
-    Raises:
-        WeightsError: another architecture, naming the supported ones.
-    """
-    family = FAMILIES.get(getattr(config, "model_type", None))
-    if family is None:
-        raise WeightsError(
-            f"a {getattr(config, 'model_type', None)!r} model has no component groups here: the Hugging Face "
-            f"architectures supported are {', '.join(FAMILIES)} (config.json's model_type). Fix: model=minilm_l6, "
-            f"model=smollm2_135m, model.name=hf:<a model of those architectures> (ViT and Dinov2: a folder written "
-            f"by save_pretrained), or a timm model (model.name=vit_base_patch16_224...).")
-    return family
 
 
 def check_hub_family(name: str, config) -> str:
