@@ -137,13 +137,8 @@ def exact_rank_p(x: list[float], y: list[float], statistic: Callable = _tau) -> 
 def decidable(n: int, statistic: Callable = _tau) -> float:
     """The smallest |statistic| over ``n`` distinct items whose exact permutation p is below alpha."""
     x = list(range(n))
-    found = sorted({round(abs(statistic(x, list(o))), 12) for o in itertools.permutations(x)})
-    return next((v for v in found if exact_rank_p(x, _with(x, v, statistic)) < ALPHA), NAN)
-
-
-def _with(x: list[int], value: float, statistic: Callable) -> list[int]:
-    """An ordering of ``x`` whose statistic against ``x`` has |value| (exists: ``value`` was observed)."""
-    return next(list(o) for o in itertools.permutations(x) if abs(abs(statistic(x, list(o))) - value) < 1e-9)
+    values = np.array([abs(statistic(x, list(order))) for order in itertools.permutations(x)])
+    return next((float(v) for v in np.unique(values.round(12)) if np.mean(values >= v - 1e-12) < ALPHA), NAN)
 
 
 def kendall_vs_paper(values: dict[str, float]) -> tuple[float, float, int]:
@@ -218,9 +213,13 @@ def decide(effect: Effect) -> tuple[str, str]:
                                     f"detects {effect.mde:.3g} ({POWER:.0%} power)")
 
 
-def combine(verdicts: list[str]) -> str:
-    """A claim of several parts: contradicted when one is, supported when all are, else inconclusive."""
-    return CONTRADICTED if CONTRADICTED in verdicts else SUPPORTED if set(verdicts) == {SUPPORTED} else INCONCLUSIVE
+def combine(parts: list[dict]) -> tuple[str, str]:
+    """(verdict, reason) of a claim of several parts: contradicted when one is, supported when all are, else
+    inconclusive, with its parts' reasons."""
+    verdicts = [p["verdict"] for p in parts]
+    if CONTRADICTED in verdicts or set(verdicts) == {SUPPORTED}:
+        return (CONTRADICTED if CONTRADICTED in verdicts else SUPPORTED), ""
+    return INCONCLUSIVE, "; ".join(dict.fromkeys(p["reason"] for p in parts if p["reason"]))
 
 
 # ------------------------------------------------------------------------------------- rows
@@ -341,8 +340,7 @@ def claim_c3(rows: list[dict]) -> list[dict]:
     """C3: per compared group, the mean decrease from MHA over targets (Table 6 accuracies), tested."""
     acc = accuracies(rows)
     parts = [_c3_part(group, relation, acc) for group, relation in C3_PARTS]
-    verdict = combine([p["verdict"] for p in parts])
-    reason = "; ".join(dict.fromkeys(p["reason"] for p in parts if p["reason"])) if verdict == INCONCLUSIVE else ""
+    verdict, reason = combine(parts)
     statistic = (f"parts supported of 4 (MHA > FC2, LN2, LN1: mean decrease > 0 with p < {ALPHA}; MHA no worse than "
                  f"FC1: not significantly below, interval above -{MARGIN:g} point)")
     n = max((p["n"] or 0 for p in parts), default=0)
@@ -393,8 +391,7 @@ def claim_c5(cells: Cells) -> list[dict]:
         effect = Effect.of([by[g][t][0] - by["mha"][t][0] for t in targets])
         parts.append(effect_row("C5", f"{label(g)}'s {what} minus MHA's, mean over targets; CI: t; p: two-sided "
                                       f"exact Wilcoxon signed-rank", effect, *decide(effect), target=f"vs {label(g)}"))
-    verdict = combine([p["verdict"] for p in parts])
-    reason = "; ".join(dict.fromkeys(p["reason"] for p in parts if p["reason"])) if verdict == INCONCLUSIVE else ""
+    verdict, reason = combine(parts)
     mean = {g: float(np.mean([s for s, _ in t.values()])) for g, t in by.items()}
     statistic = (f"parts supported of {len(parts)} (MHA's {what} below each other group's); mean spreads: "
                  + ", ".join(f"{label(g)} {mean[g]:.3g}" for g in sorted(mean, key=mean.get)))
