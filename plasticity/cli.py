@@ -5,7 +5,8 @@ a key nothing reads, and ``trainer.max_steps=abc`` with the same advice although
 ``trainer.max_steps`` itself. ``launch.py`` lets Hydra's exceptions reach :func:`reporting_errors`,
 and the sweeper hands it a job that does not compose: when Hydra could not place a key,
 :func:`explain` composes the config of the command's groups (only then) and names the closest
-existing key or the key that really controls it. Everything else is left to Hydra's own message and
+existing key or the key that really controls it; a value OmegaConf refuses (a launcher's typed option) is
+named with the type it must have. Everything else is left to Hydra's own message and
 to :mod:`plasticity.validate`.
 """
 
@@ -96,8 +97,8 @@ def explain(err: Exception, overrides: list[str]) -> str:
     Hydra's message (and its OmegaConf cause)."""
     match = re.search(r"Could not override '([^']+)'", str(err))
     if not match:
-        cause = err.__cause__  # as Hydra prints a composition error: its OmegaConf cause below it
-        return f"{err}\n{cause}" if cause is not None and type(cause).__module__.startswith("omegaconf") else str(err)
+        cause = err.__cause__  # a value OmegaConf refused (a launcher's typed option): the cause names it
+        return omegaconf_line(cause) if getattr(cause, "full_key", None) else str(err)
     bad = next((o for o in overrides if o.lstrip("+~").startswith(match.group(1) + "=")), match.group(1))
     return f"{bad}: {suggestion(match.group(1), overrides)}"
 
@@ -117,3 +118,15 @@ def reporting_errors(argv: list[str]) -> Iterator[None]:
     except HydraException as err:
         print(f"error: {explain(err, overrides_of(argv))}", file=sys.stderr)
         raise SystemExit(1) from None
+
+
+def omegaconf_line(cause) -> str:
+    """OmegaConf's refusal of a value (``hydra.launcher.timeout_min=abc``) in one line, with the type its
+    structured config declares."""
+    import dataclasses
+
+    want = next((f.type for f in dataclasses.fields(cause.object_type) if f.name == cause.key), None) \
+        if dataclasses.is_dataclass(cause.object_type) else None
+    want = getattr(want, "__name__", want)  # int -> "int"; Optional[int] stays as written
+    fix = f"{cause.full_key}=<{want}>" if want else f"a value of the type {cause.full_key} holds"
+    return f"{cause.full_key}={cause.value!r}: {str(cause.msg).splitlines()[0]}. Fix: {fix}."

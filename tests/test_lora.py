@@ -197,8 +197,6 @@ def test_finetune_module_logs_each_group_of_a_lora_combination():
     from plasticity.module import FinetuneModule
 
     net, selection = adapted(["mha", "fc1"], blocks=[1])
-    if getattr(selection, "parts", None) is None:
-        pytest.skip("this Selection has no per-group parts")
     module = FinetuneModule(net, selection, 10, partial(torch.optim.SGD, lr=0.1), max_steps=4, warmup_steps=1,
                             train_transform=torch.nn.Identity(), eval_transform=torch.nn.Identity())
     torch.nn.functional.cross_entropy(module(images()), torch.tensor([0, 1, 2, 3])).backward()

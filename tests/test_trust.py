@@ -165,6 +165,9 @@ BAD = [
     ("callbacks", ["experiment=quickstart_pretrain", "callbacks=none"],
      ["callbacks.plasticity has options but no _target_", "Fix: callbacks=plasticity"]),
     ("weights_dir", ["model.pretrained=true", "model.weights_file={tmp}"], ["is a directory"]),
+    ("launcher_type", ["hydra/launcher=slurm", "hydra.launcher.timeout_min=abc"],  # a launcher's own typed option
+     ["error: hydra.launcher.timeout_min='abc': Value 'abc' of type 'str' could not be converted to Integer. "
+      "Fix: hydra.launcher.timeout_min=<int>.\n"]),
 ]
 
 
