@@ -209,43 +209,21 @@ def color(name: str) -> str:
     return COLORS.get(name, "k")
 
 
-_BLOCK = r"^blocks\.(?P<block>\d+)\."
-_BERT = r"^backbone\.encoder\.layer\.(?P<block>\d+)\."
-_LLAMA = r"^backbone\.layers\.(?P<block>\d+)\."
-_HF_VIT = r"^backbone\.(layers|encoder\.layer)\.(?P<block>\d+)\."  # transformers' ViT, Dinov2
+# A block of timm (blocks.<i>), Llama or transformers' ViT (backbone.layers.<i>), BERT or Dinov2
+# (backbone.encoder.layer.<i>): each group's rule names its module in every family (the module docstring's table).
+_BLOCK = r"^(blocks|backbone\.(layers|encoder\.layer))\.(?P<block>\d+)\."
 RULES: tuple[tuple[str, str] | tuple[str, str, int], ...] = (
     (r"^(patch_embed|cls_token|reg_token|pos_embed|norm_pre)(\.|$)", "emb"),
-    (_BLOCK + r"norm1\.", "ln1"),
-    (_BLOCK + r"(attn|ls1|gamma_1)(\.|$)", "mha"),
-    (_BLOCK + r"norm2\.", "ln2"),
-    (_BLOCK + r"mlp\.fc1(_g|_x)?\.", "fc1"),
-    (_BLOCK + r"(mlp\.(fc2|norm)|ls2|gamma_2)(\.|$)", "fc2"),
-    (r"^(norm|fc_norm)\.", "final_norm"),
+    (r"^backbone\.embeddings\.LayerNorm\.", "ln1", 1),  # BERT's block 0 LN1: it feeds layer 0's attention
+    (r"^backbone\.(embeddings|embed_tokens)\.", "emb"),
+    (_BLOCK + r"(norm1|input_layernorm|layernorm_before)\.", "ln1"),
+    (_BLOCK + r"(attn|ls1|gamma_1|self_attn|attention\.(self|output\.dense|[qkvo]_proj)|layer_scale1)(\.|$)", "mha"),
+    (_BLOCK + r"(norm2|post_attention_layernorm|attention\.output\.LayerNorm|layernorm_after)\.", "ln2"),
+    (_BLOCK + r"(mlp\.(fc1(_g|_x)?|gate_proj|up_proj)|intermediate\.dense)\.", "fc1"),
+    (_BLOCK + r"(mlp\.(fc2|norm|down_proj)|ls2|gamma_2|layer_scale2|output\.dense)(\.|$)", "fc2"),
+    (_BLOCK + r"output\.LayerNorm\.", "ln1", 1),  # BERT: LN1 of the next block (the last block's: the final norm)
+    (r"^(norm|fc_norm|backbone\.(norm|layernorm))\.", "final_norm"),
     (r"^(head|attn_pool)(\.|$)", "head"),
-    # BERT / RoBERTa (plasticity.text: the backbone's own names under backbone.)
-    (r"^backbone\.embeddings\.LayerNorm\.", "ln1", 1),  # block 0's LN1: it feeds layer 0's attention
-    (r"^backbone\.embeddings\.", "emb"),
-    (_BERT + r"attention\.self\.", "mha"),
-    (_BERT + r"attention\.output\.dense\.", "mha"),
-    (_BERT + r"attention\.output\.LayerNorm\.", "ln2"),
-    (_BERT + r"intermediate\.dense\.", "fc1"),
-    (_BERT + r"output\.dense\.", "fc2"),
-    (_BERT + r"output\.LayerNorm\.", "ln1", 1),  # LN1 of the next block (the last block's: the final norm)
-    # Llama
-    (r"^backbone\.embed_tokens\.", "emb"),
-    (_LLAMA + r"input_layernorm\.", "ln1"),
-    (_LLAMA + r"self_attn\.", "mha"),
-    (_LLAMA + r"post_attention_layernorm\.", "ln2"),
-    (_LLAMA + r"mlp\.(gate|up)_proj\.", "fc1"),
-    (_LLAMA + r"mlp\.down_proj\.", "fc2"),
-    (r"^backbone\.norm\.", "final_norm"),
-    # transformers' ViT and Dinov2 (plasticity.hfvision; their embeddings.*: emb, by BERT's rule)
-    (_HF_VIT + r"(layernorm_before|norm1)\.", "ln1"),
-    (_HF_VIT + r"(attention\.[qkvo]_proj|layer_scale1)\.", "mha"),
-    (_HF_VIT + r"(layernorm_after|norm2)\.", "ln2"),
-    (_HF_VIT + r"mlp\.fc1\.", "fc1"),
-    (_HF_VIT + r"(mlp\.fc2|layer_scale2)\.", "fc2"),
-    (r"^backbone\.layernorm\.", "final_norm"),
 )
 """(regex over the parameter name, group[, block shift]); the first match classifies a parameter. A shift
 of 1 puts a post-LN norm in the block it feeds (block 0 when the name has no block: the embeddings' norm)."""
