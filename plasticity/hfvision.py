@@ -28,10 +28,49 @@ import torch.nn as nn
 
 from plasticity.text.hub import family_of_config
 
-__all__ = ["HFVisionTransformer", "processor_stats", "tiny_vision_config"]
+__all__ = ["HFClassifier", "HFVisionTransformer", "processor_stats", "tiny_vision_config"]
 
 
-class HFVisionTransformer(nn.Module):
+class HFClassifier(nn.Module):
+    """A ``transformers`` backbone and a new head, in the shape of a timm ViT: ``blocks`` (the backbone's layers,
+    in order), a ``head``, ``reset_classifier`` (the base of :class:`HFVisionTransformer` and
+    :class:`plasticity.text.models.TextTransformer`).
+
+    Args:
+        backbone: The backbone, attention ``sdpa``.
+        num_classes: Outputs of the new head.
+
+    Attributes:
+        family: The layout of :data:`plasticity.components.SITES` (``hf_vit``, ``dinov2``, ``bert``, ``llama``).
+        head: ``nn.Linear(width, num_classes)``.
+    """
+
+    def __init__(self, backbone: nn.Module, num_classes: int) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.family = family_of_config(backbone.config)
+        self.num_features = self.embed_dim = int(backbone.config.hidden_size)
+        self.head = nn.Linear(self.num_features, num_classes)
+
+    @property
+    def config(self):
+        return self.backbone.config
+
+    @property
+    def blocks(self) -> nn.ModuleList:
+        """The backbone's layers (a property, so their parameters keep the backbone's names): ``layers`` (Llama,
+        ViT) or ``encoder.layer`` (BERT, Dinov2)."""
+        return self.backbone.layers if hasattr(self.backbone, "layers") else self.backbone.encoder.layer
+
+    def reset_classifier(self, num_classes: int) -> None:
+        self.head = nn.Linear(self.num_features, num_classes)
+
+    def attention_kwargs(self, tokens: torch.Tensor) -> dict:
+        """Nothing: the attention applied alone attends from every token to every other, as in the model."""
+        return {}
+
+
+class HFVisionTransformer(HFClassifier):
     """A classifier on a ``transformers`` ViTModel (no pooler) or Dinov2Model (see the module docstring).
 
     Args:
@@ -41,7 +80,6 @@ class HFVisionTransformer(nn.Module):
 
     Attributes:
         family: ``hf_vit`` or ``dinov2`` (:data:`plasticity.components.SITES`).
-        head: ``nn.Linear(width, num_classes)``.
         processor_stats: ``stats``.
         pretrained_cfg: ``input_size`` ``(C, S, S)``: the side the images are resized to (the config's).
     """
@@ -50,33 +88,17 @@ class HFVisionTransformer(nn.Module):
     base_model_prefix = "backbone"  # where peft (LoRA) finds the transformers model that its weight renames scope to
 
     def __init__(self, backbone: nn.Module, num_classes: int, stats: tuple[list, list] | None = None) -> None:
-        super().__init__()
-        self.backbone = backbone
-        self.family = family_of_config(backbone.config)
         config = backbone.config
         if getattr(config, "use_swiglu_ffn", False):  # Dinov2-giant: mlp.weights_in/weights_out, no fc1/fc2
             raise ValueError("a Dinov2 with use_swiglu_ffn=True (SwiGLU feed-forward, Dinov2-giant) has no fc1/fc2 "
                              "component groups here. Fix: a Dinov2 small, base or large folder.")
-        self.num_features = self.embed_dim = int(config.hidden_size)
-        self.head = nn.Linear(self.num_features, num_classes)
+        super().__init__(backbone, num_classes)
         self.processor_stats = stats
         self.pretrained_cfg = {"input_size": (int(config.num_channels), int(config.image_size), int(config.image_size))}
 
     @property
-    def config(self):
-        return self.backbone.config
-
-    @property
-    def blocks(self) -> nn.ModuleList:
-        """The backbone's layers (a property, so their parameters keep the backbone's names)."""
-        return self.backbone.layers if self.family == "hf_vit" else self.backbone.encoder.layer
-
-    @property
     def cls_token(self) -> nn.Parameter:
         return self.backbone.embeddings.cls_token
-
-    def reset_classifier(self, num_classes: int) -> None:
-        self.head = nn.Linear(self.num_features, num_classes)
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         """The final norm's tokens ``(B, 1 + patches, D)``."""
@@ -92,10 +114,6 @@ class HFVisionTransformer(nn.Module):
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         """The embedding-layer tokens, what enters the first block: patch projection, class token, positions."""
         return self.backbone.embeddings(images)
-
-    def attention_kwargs(self, tokens: torch.Tensor) -> dict:
-        """Nothing: the attention applied alone attends from every token to every other, as in the model."""
-        return {}
 
 
 def processor_stats(folder: str | Path) -> tuple[list, list] | None:

@@ -29,6 +29,7 @@ import torch.nn as nn
 
 from plasticity.data.text import PAD  # the padding id of every token batch: the data layer's
 from plasticity.errors import WeightsError
+from plasticity.hfvision import HFClassifier, HFVisionTransformer, processor_stats
 from plasticity.text.hub import FAMILIES, IMAGE_FAMILIES, family_of_config, is_vision_model, locate
 
 __all__ = ["FAMILIES", "PAD", "TextTransformer", "check_text_model", "create_hf_model", "create_text_model",
@@ -53,7 +54,7 @@ def check_hub_family(name: str, config) -> str:
     return family
 
 
-class TextTransformer(nn.Module):
+class TextTransformer(HFClassifier):
     """A classifier on a BERT- or Llama-family backbone (see the module docstring).
 
     Args:
@@ -67,24 +68,11 @@ class TextTransformer(nn.Module):
     """
 
     def __init__(self, backbone: nn.Module, num_classes: int, pad_token_id: int = 0) -> None:
-        super().__init__()
-        self.backbone = backbone
-        self.family = family_of_config(backbone.config)
+        super().__init__(backbone, num_classes)
         # Llama's embedding-mode attention relies on sdpa's causal default (no mask given); eager
         # attention would attend to future tokens there. (Built here with sdpa already: a no-op then.)
         backbone.set_attn_implementation("sdpa")
         self.pad_token_id = int(pad_token_id)
-        self.num_features = self.embed_dim = int(backbone.config.hidden_size)
-        self.head = nn.Linear(self.num_features, num_classes)
-
-    @property
-    def config(self):
-        return self.backbone.config
-
-    @property
-    def blocks(self) -> nn.ModuleList:
-        """The backbone's layers (a property, so their parameters keep the backbone's names)."""
-        return self.backbone.encoder.layer if self.family == "bert" else self.backbone.layers
 
     @property
     def bos_token_id(self) -> int | None:
@@ -107,9 +95,6 @@ class TextTransformer(nn.Module):
     def embedding_norm(self) -> nn.Module:
         """BERT's embeddings' LayerNorm: its output enters layer 0's attention (layer 0's LN1)."""
         return self.backbone.embeddings.LayerNorm
-
-    def reset_classifier(self, num_classes: int) -> None:
-        self.head = nn.Linear(self.num_features, num_classes)
 
     # ------------------------------------------------------------------------------------ forward
 
@@ -246,8 +231,6 @@ def create_hf_model(name: str, num_classes: int, pretrained: bool = True, weight
         if tensor.is_floating_point() and tensor.dtype != torch.float32:
             tensor.data = tensor.data.float()
     if family in IMAGE_FAMILIES:
-        from plasticity.hfvision import HFVisionTransformer, processor_stats
-
         model = HFVisionTransformer(backbone, num_classes, processor_stats(locate(name).path) if name else None)
     else:
         model = TextTransformer(backbone, num_classes, pad_token_id=getattr(config, "pad_token_id", None) or 0)
