@@ -97,7 +97,7 @@ def build_workspace(project: str, entity: str | None, name: str, dataset: str | 
     groups = tuple(groups)
     return ws.Workspace(
         name=name, entity=entity or "", project=project,
-        sections=[ws.Section(name=title, panels=make(groups), is_open=True) for title, make in SECTIONS],
+        sections=[ws.Section(name=title, panels=panels, is_open=True) for title, panels in sections(groups).items()],
         settings=ws.WorkspaceSettings(x_axis=STEP_METRIC, max_runs=100, group_by_prefix="first"),
         runset_settings=ws.RunsetSettings(
             filters=_filters(dataset, model, group, job_type), groupby=[ws.Config(GROUP_BY)],
@@ -113,77 +113,49 @@ def _filters(dataset: str | None, model: str | None, group: str | None, job_type
     return [key == value for key, value in wanted if value not in (None, "")]  # unset: no filter
 
 
-def _grouped(**kwargs: Any) -> dict[str, Any]:
-    """Panel arguments shared by every grouped panel: by component, mean and standard deviation."""
+def sections(groups: tuple[str, ...]) -> dict[str, list]:
+    """Section name -> its panels, in the workspace's order. Every panel but the parallel coordinates groups
+    runs by component (mean and standard deviation); ``groups``: the component groups whose curves get panels.
+
+    - Accuracy: test and best validation accuracy per component (bars), the validation accuracy curves.
+    - Gradient norms before clipping: the finetuned group's, the head's and final norm's, per block.
+    - Plasticity during training: P(f) of each group (``callbacks=plasticity``), all groups, and its cost.
+    - Validation loss, with the training loss and the learning-rate schedule.
+    - Learning rate and components: one parallel-coordinates panel, optimizer, lr, configuration -> accuracy.
+    """
     import wandb_workspaces.reports.v2 as wr
 
-    return dict(groupby=wr.Config(GROUP_BY), groupby_aggfunc="mean", groupby_rangefunc="stddev", **kwargs)
+    grouped = dict(groupby=wr.Config(GROUP_BY), groupby_aggfunc="mean", groupby_rangefunc="stddev")
 
+    def line(title: str, y: list[str] | None = None, regex: str | None = None, **kwargs: Any):
+        return wr.LinePlot(title=title, x=STEP_METRIC, y=y or [], metric_regex=regex, **grouped, **kwargs)
 
-def _line(title: str, y: list[str] | None = None, regex: str | None = None, **kwargs: Any):
-    import wandb_workspaces.reports.v2 as wr
+    def bars(title: str, metric: Any):
+        return wr.BarPlot(title=title, metrics=[metric], orientation="v", **grouped)
 
-    return wr.LinePlot(**_grouped(title=title, x=STEP_METRIC, y=y or [], metric_regex=regex, **kwargs))
-
-
-def _bars(title: str, metric: Any):
-    import wandb_workspaces.reports.v2 as wr
-
-    return wr.BarPlot(**_grouped(title=title, metrics=[metric], orientation="v"))
-
-
-def _any_of(groups: Iterable[str]) -> str:
-    return "(" + "|".join(re.escape(g) for g in groups) + ")"
-
-
-def accuracy_panels(groups: tuple[str, ...]) -> list:
-    """Test and best validation accuracy per component (bars), the validation accuracy curves."""
-    import wandb_workspaces.reports.v2 as wr
-
-    return [_bars("Test accuracy (best-validation checkpoint)", wr.SummaryMetric("test_acc")),
-            _bars("Best validation accuracy", wr.SummaryMetric("best_val_acc")),
-            _line("Validation accuracy", ["val/acc"]),
-            _bars("test/acc (logged at the end)", "test/acc")]
-
-
-def gradient_panels(groups: tuple[str, ...]) -> list:
-    """Gradient norms before clipping: the finetuned group's, the head's and final norm's, per block."""
-    return [_line("Gradient norm of the finetuned group", regex=f"^grad_norm/{_any_of(groups)}$", log_y=True),
-            _line("Gradient norm of the head and final norm", regex="^grad_norm/(head|final_norm)$", log_y=True),
-            _line("Gradient norm per block", regex=f"^grad_norm/{_any_of(groups)}/block_\\d+$", log_y=True)]
-
-
-def plasticity_panels(groups: tuple[str, ...]) -> list:
-    """P(f) of each group while finetuning (``callbacks=plasticity``), all groups, and its cost."""
-    per_group = [_line(f"Plasticity of {label(g)}", [f"plasticity/{g}"]) for g in groups]
-    return per_group + [_line("Plasticity of every group", regex=f"^plasticity/{_any_of(groups)}$"),
-                        _line("Plasticity measurement: share of the wall time", ["plasticity/cost"])]
-
-
-def loss_panels(groups: tuple[str, ...]) -> list:
-    """Validation loss, with the training loss and the learning-rate schedule."""
-    return [_line("Validation loss", ["val/loss"]), _line("Training loss", ["train/loss"]),
-            _line("Learning rate", ["lr"])]
-
-
-def hyperparameter_panels(groups: tuple[str, ...]) -> list:
-    """One parallel-coordinates panel: optimizer, learning rate, configuration -> accuracy."""
-    import wandb_workspaces.reports.v2 as wr
-
+    any_group = "(" + "|".join(re.escape(g) for g in groups) + ")"
     column = wr.ParallelCoordinatesPlotColumn
-    return [wr.ParallelCoordinatesPlot(title="Learning rate, component and accuracy", columns=[
-        column(wr.Config("optimizer.name"), display_name="optimizer"),
-        column(wr.Config("optimizer.lr"), display_name="lr", log=True),
-        column(wr.Config(GROUP_BY), display_name="configuration"),
-        column(wr.SummaryMetric("best_val_acc"), display_name="best val acc"),
-        column(wr.SummaryMetric("test_acc"), display_name="test acc")])]
-
-
-SECTIONS: tuple[tuple[str, Callable[[tuple[str, ...]], list]], ...] = (
-    ("Accuracy", accuracy_panels), ("Gradient norms", gradient_panels),
-    ("Plasticity during training", plasticity_panels), ("Validation loss", loss_panels),
-    ("Learning rate and components", hyperparameter_panels))
-"""Section name -> its panels, in the workspace's order."""
+    return {
+        "Accuracy": [bars("Test accuracy (best-validation checkpoint)", wr.SummaryMetric("test_acc")),
+                     bars("Best validation accuracy", wr.SummaryMetric("best_val_acc")),
+                     line("Validation accuracy", ["val/acc"]), bars("test/acc (logged at the end)", "test/acc")],
+        "Gradient norms": [
+            line("Gradient norm of the finetuned group", regex=f"^grad_norm/{any_group}$", log_y=True),
+            line("Gradient norm of the head and final norm", regex="^grad_norm/(head|final_norm)$", log_y=True),
+            line("Gradient norm per block", regex=f"^grad_norm/{any_group}/block_\\d+$", log_y=True)],
+        "Plasticity during training": [line(f"Plasticity of {label(g)}", [f"plasticity/{g}"]) for g in groups] + [
+            line("Plasticity of every group", regex=f"^plasticity/{any_group}$"),
+            line("Plasticity measurement: share of the wall time", ["plasticity/cost"])],
+        "Validation loss": [line("Validation loss", ["val/loss"]), line("Training loss", ["train/loss"]),
+                            line("Learning rate", ["lr"])],
+        "Learning rate and components": [wr.ParallelCoordinatesPlot(
+            title="Learning rate, component and accuracy", columns=[
+            column(wr.Config("optimizer.name"), display_name="optimizer"),
+            column(wr.Config("optimizer.lr"), display_name="lr", log=True),
+            column(wr.Config(GROUP_BY), display_name="configuration"),
+            column(wr.SummaryMetric("best_val_acc"), display_name="best val acc"),
+            column(wr.SummaryMetric("test_acc"), display_name="test acc")])],
+    }
 
 
 # ----------------------------------------------------------------------------------- the spec
