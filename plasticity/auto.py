@@ -84,16 +84,9 @@ def measure_units(model: "nn.Module", batches: Iterator["torch.Tensor"]) -> list
     Returns:
         Rows ``{group, block, mean, std, n_pairs, params}`` in block-then-group order.
     """
-    import torch
-
     from plasticity.measure import measure
 
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        rows = measure(model, batches, "embedding", GROUPS).summary()
-    model.train(was_training)
-    params = unit_params(model)
+    rows, params = measure(model, batches, "embedding", GROUPS).summary(), unit_params(model)
     return [{"group": r["group"], "block": int(r["block"]), "mean": float(r["mean"]), "std": float(r["std"]),
              "n_pairs": int(r["n_pairs"]), "params": params.get((r["group"], int(r["block"])), 0)} for r in rows]
 

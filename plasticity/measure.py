@@ -343,35 +343,27 @@ class LayerHooks:
     """
 
     def __init__(self, model: nn.Module, groups: tuple[str, ...] = GROUPS) -> None:
-        # per (group, block): its rates, its input distances, the distances of the outputs so far
-        self.rates, self.inputs, self.outputs = {}, {}, {}
-        self.keys, self.handles, sites = stat_keys(model, groups), [], SITES[family_of(model)]
-        for g, i in self.keys:
-            site = sites[g]
-            self.handles.append(site_module(model, i, site.input).register_forward_pre_hook(
-                self._input_hook((g, i)), with_kwargs=True))
-            for name in site.outputs:
-                self.handles.append(site_module(model, i, name).register_forward_hook(self._output_hook((g, i), site)))
+        # per (group, block): its input distance, the distances of its outputs in the forward pass
+        self.keys, self.inputs, self.outputs, self.handles = stat_keys(model, groups), {}, {}, []
+        for key in self.keys:
+            site = SITES[family_of(model)][key[0]]
 
-    def _input_hook(self, key: tuple[str, int]) -> Callable:
-        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            self.inputs[key] = pair_distances(args[0] if args else kwargs["hidden_states"])
+            def record_input(module: nn.Module, args: tuple, kwargs: dict, key=key) -> None:
+                self.inputs[key] = pair_distances(args[0] if args else kwargs["hidden_states"])
 
-        return hook
+            def record_output(module: nn.Module, args: tuple, output, key=key) -> None:
+                self.outputs.setdefault(key, []).append(pair_distances(first(output)))
 
-    def _output_hook(self, key: tuple[str, int], site: Site) -> Callable:
-        def hook(module: nn.Module, inputs: tuple, output) -> None:
-            done = self.outputs.setdefault(key, [])
-            done.append(pair_distances(first(output)))
-            if len(done) == len(site.outputs):  # layer mode: over the function's own input distance
-                parts = self.outputs.pop(key)
-                num = parts[0] if len(parts) == 1 else torch.stack(parts).square().sum(dim=0).sqrt()
-                self.rates[key] = _rates(num, self.inputs.pop(key))
-
-        return hook
+            self.handles.append(site_module(model, key[1], site.input).register_forward_pre_hook(record_input,
+                                                                                               with_kwargs=True))
+            self.handles += [site_module(model, key[1], name).register_forward_hook(record_output)
+                             for name in site.outputs]
 
     def pop(self) -> torch.Tensor:
-        return torch.stack([self.rates.pop(k) for k in self.keys])
+        """``(K, B)`` rates of the last forward pass, each over the function's own input distance."""
+        nums = [parts[0] if len(parts) == 1 else torch.stack(parts).square().sum(dim=0).sqrt()
+                for parts in (self.outputs.pop(k) for k in self.keys)]
+        return torch.stack([_rates(num, self.inputs.pop(k)) for num, k in zip(nums, self.keys)])
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -379,18 +371,12 @@ class LayerHooks:
 
 
 @torch.no_grad()
-def layer_rates(model: nn.Module, images: torch.Tensor, hooks: LayerHooks) -> torch.Tensor:
-    """``(K, B)`` rates of every (group, block) on the modules' real inputs in a forward pass."""
-    model.forward_features(images)
-    return hooks.pop()
-
-
 def measure(model: nn.Module, batches: Iterator[torch.Tensor], mode: str = "embedding",
             groups: tuple[str, ...] = GROUPS, on_rates: Callable[[torch.Tensor], None] | None = None) -> RunningStats:
     """Streams batches of 2B images (x then y, already transformed, on the model's device).
 
     Args:
-        model: A timm ViT in eval mode.
+        model: A timm ViT (measured in eval mode, then put back in the mode it was in).
         batches: Iterator of ``(2B, 3, S, S)`` tensors.
         mode: ``embedding`` or ``layer``.
         groups: Which groups to measure.
@@ -402,15 +388,19 @@ def measure(model: nn.Module, batches: Iterator[torch.Tensor], mode: str = "embe
     if mode not in MODES:
         raise ValueError(f"mode={mode!r}; choices: {', '.join(MODES)}")
     stats = RunningStats(stat_keys(model, groups), device=next(model.parameters()).device)
-    hooks = LayerHooks(model, groups) if mode == "layer" else None
+    hooks, was_training = LayerHooks(model, groups) if mode == "layer" else None, model.training
+    model.eval()
     try:
         for images in batches:
             images = with_bos(model, images)
-            rates = layer_rates(model, images, hooks) if hooks else embedding_rates(model, images, groups)
+            if hooks:
+                model.forward_features(images)
+            rates = hooks.pop() if hooks else embedding_rates(model, images, groups)
             stats.update(rates)
             if on_rates is not None:
                 on_rates(rates)
     finally:
+        model.train(was_training)
         if hooks:
             hooks.remove()
     return stats
