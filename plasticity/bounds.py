@@ -90,7 +90,8 @@ def attention_heads(attn: nn.Module) -> Heads:
 
     Supports timm's ``Attention`` (fused ``qkv`` Linear of shape ``(3Hk, d)`` whose rows are
     ``[queries; keys; values]``, each ``H`` blocks of ``k`` rows) and EVA-style attention with split
-    ``q_proj``/``k_proj``/``v_proj`` (``transformers``' ViT and Dinov2 too: ``o_proj``, ``num_attention_heads``).
+    ``q_proj``/``k_proj``/``v_proj`` (``transformers``' ViT and Dinov2 too: ``o_proj``, ``num_attention_heads``),
+    and BERT's (``self.{query,key,value}`` and ``output.dense``: the paper's MHA in a BERT layer).
     Head ``h`` reads columns ``[h*k, (h+1)*k)`` of ``proj``, so ``O^h = proj.weight[:, h*k:(h+1)*k]``. Biases
     are dropped (see the module docstring); so are QK-norm, RoPE and gating, which are outside the paper's setting.
 
@@ -106,6 +107,9 @@ def attention_heads(attn: nn.Module) -> Heads:
         heads = getattr(attn, "num_heads", None) or attn.num_attention_heads  # timm's EVA, or transformers'
         return _heads(*(_split_rows(p.weight, heads) for p in (attn.q_proj, attn.k_proj, attn.v_proj)),
                       getattr(attn, "proj", None) or attn.o_proj)
+    if hasattr(attn, "self"):  # BERT's attention: self.{query, key, value}, then its projection output.dense
+        layers = (attn.self.query, attn.self.key, attn.self.value)
+        return _heads(*(_split_rows(p.weight, attn.self.num_attention_heads) for p in layers), attn.output.dense)
     raise TypeError(f"{type(attn).__name__} has neither a fused `qkv` nor `q_proj`/`k_proj`/`v_proj` "
                     f"Linear layers; plasticity.bounds supports timm ViT/DeiT/BEiT/EVA attention.")
 
@@ -310,40 +314,14 @@ BERT is post-LN: its LayerNorms are still LayerNorms (Prop. 1 holds for the func
 normalise the residual stream after each sublayer, not a sublayer's input."""
 
 
-def _paper_values(ln1: nn.Module, heads: Heads, ln2: nn.Module, fc1: nn.Linear, fc2: nn.Linear,
-                  stats: TokenStats) -> dict[str, dict[str, float]]:
-    """Props. 1-3 of a block built of the paper's modules: ``{group: {bound: value}}``."""
-    return {"ln1": {"prop1": ln_bound(ln1, stats.sigma)},
-            "mha": {"prop3_rms": mha_bound(heads, stats.n, stats.r_rms),  # the paper's Fig. 6 radius: not strict
-                    "prop3_max": mha_bound(heads, stats.n, stats.r_max)},  # every token seen lies in B_r: strict here
-            "ln2": {"prop1": ln_bound(ln2, stats.sigma)},
-            "fc1": {"prop2": fc_bound(fc1)}, "fc2": {"prop2": fc_bound(fc2)}}
-
-
-def _text_values(model: nn.Module, i: int, stats: TokenStats) -> dict[str, dict[str, float]]:
-    """The bounds of Sec. 4 that hold for a layer of a text model (:mod:`plasticity.text`).
-
-    BERT: Prop. 1 (its post-LN LayerNorms as functions, in the paper's roles: LN1 of layer i is
-    the norm closing layer i-1, LN2 ``attention.output.LayerNorm``), Prop. 2 (``intermediate.dense``,
-    ``output.dense``), Prop. 3 (``attention.self`` + ``attention.output.dense`` as the paper's MHA,
-    at the tokens' RMS and largest radius). Llama: Prop. 2 only (FC1: the stacked gate and up
-    projections, one linear map; FC2: ``down_proj``); what is not bounded is :data:`NOT_COVERED`.
-    """
-    block = model.blocks[i]
-    if model.family == "bert":
-        attention = block.attention
-        layers = (attention.self.query, attention.self.key, attention.self.value)
-        heads = _heads(*(_split_rows(p.weight, attention.self.num_attention_heads) for p in layers),
-                       attention.output.dense)
-        return _paper_values(group_module(model, "ln1", i), heads, attention.output.LayerNorm,
-                             block.intermediate.dense, block.output.dense, stats)
-    stacked = torch.cat([_f64(block.mlp.gate_proj.weight), _f64(block.mlp.up_proj.weight)])
-    return {"fc1": {"prop2": spectral_norm(stacked).item()}, "fc2": {"prop2": fc_bound(block.mlp.down_proj)}}
-
-
 def block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
-    """Every bound of Sec. 4 for every block of a ViT, timm's or ``transformers``' (a text model: those that hold,
-    :func:`_text_values`).
+    """Every bound of Sec. 4 for every block of a ViT, timm's or ``transformers``' (a text model: those that hold).
+
+    BERT: Prop. 1 (its post-LN LayerNorms as functions, in the paper's roles: LN1 of layer i is the norm closing
+    layer i-1, LN2 ``attention.output.LayerNorm``), Prop. 2 (``intermediate.dense``, ``output.dense``), Prop. 3
+    (``attention.self`` + ``attention.output.dense`` as the paper's MHA, at the tokens' RMS and largest radius).
+    Llama: Prop. 2 only (FC1: the stacked gate and up projections, one linear map; FC2: ``down_proj``); what is not
+    bounded is :data:`NOT_COVERED`.
 
     Args:
         model: A timm ViT with ``blocks[i].{norm1, attn, norm2, mlp.fc1, mlp.fc2}``, or a text model.
@@ -354,16 +332,22 @@ def block_bounds(model: nn.Module, stats: TokenStats) -> list[dict]:
         ``prop1``, ``fc1``/``fc2`` with ``prop2``, ``mha`` with ``prop3_rms`` (``r = stats.r_rms``),
         ``prop3_max`` (``r = stats.r_max``) and ``prop4``.
     """
-    vit = family_of(model) not in TEXT_FAMILIES  # a timm or transformers ViT: the paper's blocks
-    alpha = patch_embed_norm(model) if vit else None
+    family = family_of(model)
+    alpha = patch_embed_norm(model) if family not in TEXT_FAMILIES else None  # a timm or transformers ViT: Prop. 4
     rows = []
-    for i in range(len(model.blocks)):
-        if vit:
-            module = lambda group: group_module(model, group, i)  # noqa: E731
-            heads = attention_heads(module("mha"))
-            values = _paper_values(module("ln1"), heads, module("ln2"), module("fc1"), module("fc2"), stats)
+    for i, block in enumerate(model.blocks):
+        module = lambda group: group_module(model, group, i)  # noqa: E731
+        if family == "llama":  # Prop. 2 only (NOT_COVERED): FC1 the stacked gate and up projections, one linear map
+            stacked = torch.cat([_f64(block.mlp.gate_proj.weight), _f64(block.mlp.up_proj.weight)])
+            values = {"fc1": {"prop2": spectral_norm(stacked).item()}, "fc2": {"prop2": fc_bound(block.mlp.down_proj)}}
+        else:  # BERT's LayerNorms in the paper's roles (LN1 of layer i: the norm closing layer i-1)
+            heads = attention_heads(block.attention if family == "bert" else module("mha"))
+            values = {"ln1": {"prop1": ln_bound(module("ln1"), stats.sigma)},
+                      "mha": {"prop3_rms": mha_bound(heads, stats.n, stats.r_rms),  # the paper's Fig. 6 radius
+                              "prop3_max": mha_bound(heads, stats.n, stats.r_max)},  # every token seen in B_r: strict
+                      "ln2": {"prop1": ln_bound(module("ln2"), stats.sigma)},
+                      "fc1": {"prop2": fc_bound(module("fc1"))}, "fc2": {"prop2": fc_bound(module("fc2"))}}
+        if alpha is not None:
             values["mha"]["prop4"] = mha_bound_embedding(heads, stats.n, alpha, stats.energy)
-        else:
-            values = _text_values(model, i, stats)
         rows += [{"group": g, "block": i, "bound": b, "value": v} for g in GROUPS for b, v in values.get(g, {}).items()]
     return rows
