@@ -80,9 +80,7 @@ class PlasticityCallback(L.Callback):
         vars(self).update(options, groups=tuple(groups), downstream_classes=None if downstream_classes is None
                           else tuple(int(c) for c in downstream_classes))
         self.rows: list[dict] = []
-        self.reference_spec: DataSpec | None = None
-        self.pair_indices: tuple[np.ndarray, np.ndarray] | None = None
-        self.pairs: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.reference_spec = self.pair_indices = self.pairs = None  # set in setup (see Attributes)
         self.reference_prepared, self.measure_s, self._start, self._last_step = False, 0.0, 0.0, -1
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -149,14 +147,10 @@ class PlasticityCallback(L.Callback):
         for start in range(0, self.n_pairs, self.batch_size):
             yield torch.cat([transform(half[start:start + self.batch_size].to(device)) for half in (x, y)])
 
-    @torch.no_grad()
     def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         step = self._last_step = trainer.global_step
-        started, net = time.perf_counter(), pl_module.net
-        was_training = net.training
-        net.eval()
-        rows = measure(net, self._batches(pl_module), self.mode, self.groups).summary()
-        net.train(was_training)
+        started = time.perf_counter()
+        rows = measure(pl_module.net, self._batches(pl_module), self.mode, self.groups).summary()  # in eval mode
         metrics = {f"plasticity/{r['group']}/block_{r['block']}": r["mean"] for r in rows} | {
             f"plasticity/{g}": float(np.mean([r["mean"] for r in rows if r["group"] == g])) for g in self.groups}
         if pl_module.device.type == "cuda":
