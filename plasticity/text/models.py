@@ -21,6 +21,7 @@ images carries text unchanged. The head reads a pooled token, documented per fam
 
 from __future__ import annotations
 
+import copy
 import logging
 from functools import lru_cache
 
@@ -161,8 +162,10 @@ def max_positions(config) -> int | None:
     return int(value) - (2 if getattr(config, "model_type", "") in ("roberta", "xlm-roberta") else 0)
 
 
-def load_config(name: str):
-    """The ``transformers`` config of text model ``name`` (from its files; nothing is built)."""
+@lru_cache(maxsize=8)
+def text_config(name: str):
+    """The ``transformers`` config of text model ``name`` (from its files; nothing is built), memoised per process
+    (a GGUF file's config takes seconds to parse)."""
     from transformers import AutoConfig
 
     located = locate(name)
@@ -199,7 +202,7 @@ def create_hf_model(name: str, num_classes: int, pretrained: bool = True, weight
     from transformers.utils import logging as hf_logging
 
     if config is None:
-        config = load_config(name)  # a fresh copy: the overrides below must not reach the memoised one
+        config = copy.deepcopy(text_config(name))  # a copy: the overrides below must not reach the memoised one
     for key, value in kwargs.items():
         setattr(config, key, value)
     family = family_of_config(config) if name is None or is_vision_model(name) else check_hub_family(name, config)
@@ -279,12 +282,6 @@ def tiny_config(family: str, **overrides):
                                                **overrides})
     return AutoConfig.for_model(family, **{**base, "num_key_value_heads": 2, "tie_word_embeddings": False,
                                            "bos_token_id": 1, **overrides})
-
-
-@lru_cache(maxsize=8)
-def text_config(name: str):
-    """:func:`load_config`, memoised per process (a GGUF file's config takes seconds to parse)."""
-    return load_config(name)
 
 
 def check_text_model(name: str) -> None:
