@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from plasticity.data.sources import ArraySet, DataError, FileSet, save_array
+from plasticity.data.sources import ArraySet, DataError, FileSet
 from plasticity.data.splits import official_splits
+from plasticity.data.text import save_array
 from plasticity.runs.io import atomic_path, read_json, write_json_atomic
 
 __all__ = ["open_prepared", "prepare", "prepared_path", "prepared_root"]

@@ -55,6 +55,7 @@ import logging
 import os
 import pickle
 import sysconfig
+import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,8 +64,9 @@ from typing import Any
 import numpy as np
 
 from plasticity.data.corruptions import CORRUPTIONS, NUM_SEVERITIES, check_severity, corrupt
-from plasticity.data.text import TEXT_CORRUPTIONS, TextSet, check_max_length, check_window, corrupt_texts
-from plasticity.runs.io import atomic_path
+from plasticity.data.text import (TEXT_CORRUPTIONS, Rows, TextSet, check_corruption, check_max_length, check_window,
+                                  corrupt_texts, save_array)
+from plasticity.errors import did_you_mean
 from plasticity.text.hub import package_folder
 
 __all__ = ["NUM_SEVERITIES", "SOURCES", "ArraySet", "DataError", "FileSet", "Folder", "Source", "Table", "TextCorpus",
@@ -79,7 +81,7 @@ class DataError(FileNotFoundError):
 
 
 @dataclass(frozen=True)
-class ArraySet:
+class ArraySet(Rows):
     """Images held as an array (in memory or memory-mapped) and their labels.
 
     Attributes:
@@ -94,17 +96,9 @@ class ArraySet:
     labels: np.ndarray
     sizes: np.ndarray | None = None
 
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def subset(self, idx: np.ndarray) -> ArraySet:
-        """The rows ``idx``, copied into memory."""
-        sizes = None if self.sizes is None else np.asarray(self.sizes[idx])
-        return ArraySet(np.ascontiguousarray(self.images[idx]), np.asarray(self.labels[idx], dtype=np.int64), sizes)
-
 
 @dataclass(frozen=True)
-class FileSet:
+class FileSet(Rows):
     """Encoded image files and their labels.
 
     Attributes:
@@ -116,12 +110,6 @@ class FileSet:
     root: Path
     files: tuple[str, ...]
     labels: np.ndarray = field(repr=False)
-
-    def __len__(self) -> int:
-        return len(self.files)
-
-    def subset(self, idx: np.ndarray) -> FileSet:
-        return FileSet(self.root, tuple(self.files[i] for i in idx), np.asarray(self.labels[idx], dtype=np.int64))
 
     def path(self, i: int) -> Path:
         return self.root / self.files[i]
@@ -242,12 +230,6 @@ def _idx_problem(path: Path, magic: int) -> str | None:
     return None
 
 
-def _read_idx(path: Path) -> np.ndarray:
-    data = np.fromfile(path, dtype=np.uint8)
-    ndim = int(data[3])  # the header: magic (its last byte the rank), then one big-endian uint32 a dimension
-    return data[4 + 4 * ndim :].reshape(tuple(int(d) for d in data[4 : 4 + 4 * ndim].view(">u4")))
-
-
 class FashionMNIST(Source):
     name, num_classes, kind = "fashion_mnist", 10, "arrays"
     folder, torchvision = "FashionMNIST/raw", "FashionMNIST"
@@ -263,12 +245,15 @@ class FashionMNIST(Source):
             raise self.error(data_dir, "; ".join(problems))
 
     def read_split(self, data_dir: Path, prefix: str) -> ArraySet:
+        """The ``train`` or ``t10k`` files, read by torchvision's idx readers (uint8 images, int64 labels)."""
+        from torchvision.datasets.mnist import read_image_file, read_label_file
+
         raw = self.path(data_dir)
-        images = _read_idx(raw / f"{prefix}-images-idx3-ubyte")[..., None]
-        labels = _read_idx(raw / f"{prefix}-labels-idx1-ubyte").astype(np.int64)
+        images = read_image_file(str(raw / f"{prefix}-images-idx3-ubyte")).numpy()[..., None]
+        labels = read_label_file(str(raw / f"{prefix}-labels-idx1-ubyte")).numpy()
         if len(images) != len(labels):
             raise self.error(data_dir, f"{prefix} has {len(images)} images but {len(labels)} labels")
-        return ArraySet(np.ascontiguousarray(images), labels)
+        return ArraySet(images, labels)
 
     def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
         return {"train": self.read_split(data_dir, "train"), "test": self.read_split(data_dir, "t10k")}
@@ -331,10 +316,11 @@ class CifarC(Source):
 
     family = "cifar10_c"
 
+    described = "{}.npy (50,000 x 32 x 32 x 3 uint8, severities 1-5) and labels.npy"
+
     def __init__(self, corruption: str) -> None:
         self.corruption, self.name = corruption, f"{self.family}/{corruption}"
-        self.layout = f"{corruption}.npy (50,000 x 32 x 32 x 3 uint8, severities 1-5) and labels.npy"
-        self.requires = (f"{corruption}.npy", "labels.npy")
+        self.layout, self.requires = self.described.format(corruption), (f"{corruption}.npy", "labels.npy")
 
     def _check(self, data_dir: Path) -> None:
         super()._check(data_dir)
@@ -349,10 +335,7 @@ class FashionMNISTC(CifarC):
 
     num_classes, folder, family = 10, "FashionMNIST-C", "fashion_mnist_c"
     fetch = FashionMNIST.fetch + " The corrupted files are generated from that test set on first use."
-
-    def __init__(self, corruption: str) -> None:
-        super().__init__(corruption)
-        self.layout = f"{corruption}.npy and labels.npy, generated from the clean Fashion-MNIST test set"
+    described = "{}.npy and labels.npy, generated from the clean Fashion-MNIST test set"
 
     def check(self, data_dir: str | Path, *, download: bool = False) -> None:
         try:
@@ -367,12 +350,6 @@ class FashionMNISTC(CifarC):
     def make_files(self, data_dir: Path, download: bool) -> None:
         """Generate the files from the clean test set (downloaded by torchvision when ``download``)."""
         generate_fashion_mnist_c(data_dir, self.corruption, download=download)
-
-
-def save_array(path: Path, array: np.ndarray) -> None:
-    """Write ``array`` to the ``.npy`` file ``path`` atomically (concurrent writers of equal arrays are safe)."""
-    with atomic_path(path) as tmp:
-        np.save(tmp, array, allow_pickle=False)
 
 
 def generate_fashion_mnist_c(data_dir: str | Path, corruption: str, *, download: bool = False) -> Path:
@@ -420,11 +397,10 @@ class Cifar(Source):
     kind = "arrays"
 
     def __init__(self, num_classes: int) -> None:
-        self.num_classes, self.name = num_classes, f"cifar{num_classes}"
+        self.num_classes, self.name, self.torchvision = num_classes, f"cifar{num_classes}", f"CIFAR{num_classes}"
         self.folder, self.train_files, self.test_files, self.label_key = _CIFAR[num_classes]
         self.requires = self.train_files + self.test_files
         self.layout = f"the python pickles {', '.join(self.requires)}"
-        self.torchvision = f"CIFAR{num_classes}"
         self.fetch = ("Pass dataset.download=true to let torchvision download it, or fetch "
                       f"https://www.cs.toronto.edu/~kriz/cifar-{num_classes}-python.tar.gz and extract it into the "
                       "data directory (paths.data_dir).")
@@ -655,18 +631,15 @@ class Pets(Source):
     requires, torchvision = ("images/", "annotations/trainval.txt", "annotations/test.txt"), "OxfordIIITPet"
 
     def _part(self, data_dir: Path, split: str) -> FileSet:
+        """One annotation file's images and labels: ``<image> <class_id> ...`` a line (class ids from 1)."""
         root = self.path(data_dir)
         path = root / "annotations" / f"{split}.txt"
-        files, labels = [], []
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip() or line.startswith("#"):
-                continue
-            fields = line.split()
-            if len(fields) < 2 or not fields[1].isdigit():
-                raise DataError(f"{self.name}: {path} line {n} is not '<image> <class_id> ...': {line!r}")
-            files.append(f"images/{fields[0]}.jpg")
-            labels.append(int(fields[1]) - 1)
-        return FileSet(root, tuple(files), np.asarray(labels, dtype=np.int64))
+        rows = [(n, line, line.split()) for n, line in enumerate(path.read_text().splitlines(), 1)
+                if line.strip() and not line.startswith("#")]
+        if bad := next(((n, line) for n, line, fields in rows if len(fields) < 2 or not fields[1].isdigit()), None):
+            raise DataError(f"{self.name}: {path} line {bad[0]} is not '<image> <class_id> ...': {bad[1]!r}")
+        return FileSet(root, tuple(f"images/{fields[0]}.jpg" for _, _, fields in rows),
+                       np.asarray([int(fields[1]) - 1 for _, _, fields in rows], dtype=np.int64))
 
     def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
         return {"train": self._part(data_dir, "trainval"), "test": self._part(data_dir, "test")}
@@ -880,8 +853,6 @@ class Table(TextCorpus):
 
     def _check(self, data_dir: Path) -> None:
         if self.corruption is not None:  # a ValueError naming the choices (the schema names it first in a config)
-            from plasticity.data.text import check_corruption
-
             check_corruption(self.corruption)
         self.table()
 
@@ -902,28 +873,23 @@ _HF_SPLITS = {"train": "train", "val": "val", "validation": "val", "dev": "val",
 
 def _load_table(name: str, location: str) -> dict[str, dict[str, list]]:
     """The table's columns (split name -> column -> values; a single table's split name is ``""``)."""
-    import tempfile
-
     import datasets  # only on the table path
 
     datasets.disable_progress_bars()
-    path = Path(location)
+    path, suffix = Path(location), Path(location).suffix.lower()
     kinds = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+    if not location.startswith("hf:") and not path.is_dir() and suffix not in kinds:
+        raise DataError(f"{name}: {location} is not a table datasets reads ({', '.join(kinds)} or a "
+                        f"save_to_disk folder). Fix: convert it, e.g. to CSV.")
     with tempfile.TemporaryDirectory() as cache:  # a local file's arrow cache: nothing left behind
         try:
             if location.startswith("hf:"):
                 loaded = datasets.load_dataset(location[3:])
             elif path.is_dir():
                 loaded = datasets.load_from_disk(str(path), keep_in_memory=True)
-            elif path.suffix.lower() in kinds:
-                extra = {"delimiter": "\t"} if path.suffix.lower() == ".tsv" else {}
-                loaded = datasets.load_dataset(kinds[path.suffix.lower()], data_files=str(path), split="train",
-                                               cache_dir=cache, keep_in_memory=True, **extra)
             else:
-                raise DataError(f"{name}: {location} is not a table datasets reads ({', '.join(kinds)} or a "
-                                f"save_to_disk folder). Fix: convert it, e.g. to CSV.")
-        except DataError:
-            raise
+                loaded = datasets.load_dataset(kinds[suffix], data_files=str(path), split="train", cache_dir=cache,
+                                               keep_in_memory=True, **({"delimiter": "\t"} if suffix == ".tsv" else {}))
         except Exception as err:  # the library's own: unreadable file, no hub, ...
             offline = location.startswith("hf:") and any(os.environ.get(k, "").lower() in ("1", "true", "yes", "on")
                                                         for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
@@ -941,8 +907,6 @@ def _load_table(name: str, location: str) -> dict[str, dict[str, list]]:
 def _read_table(name: str, location: str, text: str, label: str, split: str | None,
                 stamp: tuple) -> tuple[dict[str, TextSet], tuple[str, ...]]:
     """A table read, checked and split into its parts, once per version of its files (``stamp``)."""
-    from plasticity.errors import did_you_mean
-
     tables = _load_table(name, location)
     if unknown := sorted(set(tables) - {"", *_HF_SPLITS}):
         raise DataError(f"{name}: {location} has the splits {unknown}; the known ones are {list(_HF_SPLITS)}. Fix: "
@@ -1046,8 +1010,6 @@ def source(name: str) -> Source:
     if name not in SOURCES and (user := user_source(name)) is not None:
         return user
     if name not in SOURCES:
-        from plasticity.errors import did_you_mean
-
         family, _, corruption = str(name).rpartition("/")
         siblings = [n.rpartition("/")[2] for n in SOURCES if family.endswith("_c") and n.rpartition("/")[0] == family]
         if siblings:

@@ -158,15 +158,6 @@ def check_text_spec(spec: DataSpec) -> None:
     check_max_length(spec.max_length)
 
 
-def _tokens(spec: DataSpec, splits: Splits) -> Splits:
-    """A text set's raw-text splits as token ids (cached under the prepared root)."""
-    corrupted = getattr(spec.source, "corruption", None) is not None
-    folder = token_cache_path(spec.prepared_root, spec.name, spec.severity if corrupted else None,
-                              splits.split_hash, spec.tokenizer, spec.max_length)
-    parts = {split: getattr(splits, split) for split in ("train", "val", "test")}
-    return dataclasses.replace(splits, **tokenized(parts, folder, spec.tokenizer, spec.max_length))
-
-
 def load_splits(spec: DataSpec) -> Splits:
     """Load a dataset's train/val/test splits.
 
@@ -187,8 +178,11 @@ def load_splits(spec: DataSpec) -> Splits:
     splits = official_splits(spec.name, spec.data_dir, severity=spec.severity,
                              num_classes=None if spec.classes else spec.num_classes)
     subset = False  # whether the class subset is applied already
-    if spec.source.kind == "text":
-        splits = _tokens(spec, splits)  # whole splits: one cache whatever the class subset or limit
+    if spec.source.kind == "text":  # token ids, cached under the prepared root: whole splits, one cache whatever
+        corrupted = getattr(spec.source, "corruption", None) is not None  # the class subset or limit
+        folder = token_cache_path(spec.prepared_root, spec.name, spec.severity if corrupted else None,
+                                  splits.split_hash, spec.tokenizer, spec.max_length)
+        splits = dataclasses.replace(splits, **tokenized(splits, folder, spec.tokenizer, spec.max_length))
     elif spec.source.kind == "files":
         if (prepared := open_prepared(spec.name, spec.prepared_root, spec.img_size, splits.split_hash)) is not None:
             splits = dataclasses.replace(splits, **prepared, prepared=True)

@@ -188,11 +188,7 @@ def apply_limit(train: ArraySet | FileSet | TokenSet, limit: int | None,
         return train
     if not isinstance(limit, int) or isinstance(limit, bool) or limit <= 0:
         raise ValueError(f"{key}={limit!r} must be a positive number of examples or null (all).")
-    if isinstance(train, FileSet):
-        return train.subset(np.arange(min(limit, len(train))))
-    # Each array sliced (an ArraySet's sizes may be None): views, so a memory map stays one.
-    fields = {f.name: getattr(train, f.name) for f in dataclasses.fields(train)}
-    return dataclasses.replace(train, **{k: v[:limit] for k, v in fields.items() if v is not None})
+    return train.head(limit)
 
 
 def check_classes(name: str, classes, num_classes: int | None) -> list[str]:

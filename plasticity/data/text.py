@@ -17,6 +17,7 @@ Like :mod:`~plasticity.data.corruptions`, this module imports no other module of
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import random
@@ -28,12 +29,13 @@ from pathlib import Path
 import numpy as np
 
 from plasticity.data.corruptions import check_severity
+from plasticity.errors import did_you_mean
 from plasticity.runs.io import atomic_path, read_json, write_json_atomic
 from plasticity.text.hub import load_tokenizer, tokenizer_fingerprint
 
-__all__ = ["PAD", "TEXT_CORRUPTIONS", "TextSet", "TokenSet", "check_corruption", "check_max_length", "check_window",
-           "corrupt_text", "corrupt_texts", "text_seed", "token_cache_path", "tokenize", "tokenized", "window_rows",
-           "windows"]
+__all__ = ["PAD", "TEXT_CORRUPTIONS", "Rows", "TextSet", "TokenSet", "check_corruption", "check_max_length",
+           "check_window", "corrupt_text", "corrupt_texts", "save_array", "text_seed", "token_cache_path", "tokenize",
+           "tokenized", "window_rows", "windows"]
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +47,29 @@ VERSION = 1
 """The cache layout's version (recorded in its ``info.json``: a cache of another version is made again)."""
 
 
+class Rows:
+    """A dataclass of examples: each of its tuples and arrays (``labels`` among them) holds one row per
+    example; a folder (a :class:`~pathlib.Path`) or None is shared by every row. The image sets of
+    :mod:`~plasticity.data.sources` are ``Rows`` too."""
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def subset(self, idx: np.ndarray):
+        """The rows ``idx``, copied into memory."""
+        return self._rows(lambda v: tuple(v[i] for i in idx) if isinstance(v, tuple) else np.ascontiguousarray(v[idx]))
+
+    def head(self, n: int):
+        """The first ``n`` rows (views: a memory map stays one)."""
+        return self._rows(lambda v: v[:n])
+
+    def _rows(self, take):
+        return dataclasses.replace(self, **{f.name: take(v) for f in dataclasses.fields(self)
+                                            if not isinstance(v := getattr(self, f.name), (Path, type(None)))})
+
+
 @dataclass(frozen=True)
-class TextSet:
+class TextSet(Rows):
     """Raw texts and their labels, in the corpus's canonical order.
 
     Attributes:
@@ -57,15 +80,9 @@ class TextSet:
     texts: tuple[str, ...]
     labels: np.ndarray = field(repr=False)
 
-    def __len__(self) -> int:
-        return len(self.texts)
-
-    def subset(self, idx: np.ndarray) -> TextSet:
-        return TextSet(tuple(self.texts[i] for i in idx), np.asarray(self.labels[idx], dtype=np.int64))
-
 
 @dataclass(frozen=True)
-class TokenSet:
+class TokenSet(Rows):
     """Token ids of the model's own tokenizer and their labels.
 
     Attributes:
@@ -78,9 +95,6 @@ class TokenSet:
     ids: np.ndarray
     labels: np.ndarray
 
-    def __len__(self) -> int:
-        return len(self.labels)
-
     @property
     def max_length(self) -> int:
         return int(self.ids.shape[1])
@@ -88,10 +102,6 @@ class TokenSet:
     def lengths(self) -> np.ndarray:
         """Each example's number of real (non-:data:`PAD`) tokens, ``int64 (N,)``."""
         return (np.asarray(self.ids) != PAD).sum(axis=1).astype(np.int64)
-
-    def subset(self, idx: np.ndarray) -> TokenSet:
-        """The rows ``idx``, copied into memory."""
-        return TokenSet(np.ascontiguousarray(self.ids[idx]), np.asarray(self.labels[idx], dtype=np.int64))
 
 
 # ----------------------------------------------------------------------------- corruptions
@@ -111,8 +121,6 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 def check_corruption(name: str) -> None:
     """Raise ValueError naming the choices (and the closest) unless ``name`` is a text corruption."""
     if name not in TEXT_CORRUPTIONS:
-        from plasticity.errors import did_you_mean
-
         close = did_you_mean(name, TEXT_CORRUPTIONS)
         hint = f" Did you mean {close[0]}?" if close else ""
         raise ValueError(f"unknown text corruption {name!r}.{hint} Choices: {', '.join(TEXT_CORRUPTIONS)}.")
@@ -210,9 +218,10 @@ def corrupt_texts(texts: Sequence[str], corpus: str, name: str, severity: int) -
         corpus: The clean corpus's dataset name (e.g. ``text/rotten_tomatoes``).
         name: One of :data:`TEXT_CORRUPTIONS`.
         severity: Integer in ``1..5``.
+
+    Raises:
+        ValueError: Unknown corruption or bad severity (:func:`corrupt_text` checks them).
     """
-    check_corruption(name)
-    check_severity(severity)
     return tuple(corrupt_text(t, name, severity, text_seed(corpus, name, severity, i)) for i, t in enumerate(texts))
 
 
@@ -262,6 +271,12 @@ def token_cache_path(root: str | Path, name: str, severity: int | None, split_ha
     return folder / f"{tokenizer_fingerprint(tokenizer)}_len{int(max_length)}_{split_hash}"
 
 
+def save_array(path: Path, array: np.ndarray) -> None:
+    """Write ``array`` to the ``.npy`` file ``path`` atomically (concurrent writers of equal arrays are safe)."""
+    with atomic_path(path) as tmp:
+        np.save(tmp, array, allow_pickle=False)
+
+
 def _open_cached(folder: Path, sizes: dict[str, int]) -> dict[str, np.ndarray] | None:
     """The cached ids of every split, memory-mapped; None when absent, incomplete or unreadable."""
     info = read_json(folder / "info.json")  # written after the arrays: its presence means they are complete
@@ -281,20 +296,21 @@ def _open_cached(folder: Path, sizes: dict[str, int]) -> dict[str, np.ndarray] |
     return out
 
 
-def tokenized(parts: dict[str, TextSet], folder: str | Path, tokenizer: str, max_length: int) -> dict[str, TokenSet]:
+def tokenized(splits, folder: str | Path, tokenizer: str, max_length: int) -> dict[str, TokenSet]:
     """The :class:`TokenSet` of every split, from the cache ``folder`` (:func:`token_cache_path`) or
     tokenised once and written there; the tokenizer is loaded only then.
 
     A cache that cannot be written (a read-only prepared root) is logged and the ids kept in memory.
 
     Args:
-        parts: ``{"train", "val", "test"}`` :class:`TextSet` splits.
+        splits: The :class:`TextSet` splits (``train``, ``val`` and ``test`` attributes: a
+            :class:`~plasticity.data.splits.Splits`).
         folder: The cache folder.
         tokenizer: A text ``model.name`` (:func:`~plasticity.text.hub.load_tokenizer`).
         max_length: Tokens kept per example.
     """
-    check_max_length(max_length)
     folder = Path(folder)
+    parts = {split: getattr(splits, split) for split in SPLITS}
     sizes = {split: len(parts[split]) for split in SPLITS}
     ids = _open_cached(folder, sizes)
     if ids is None:
@@ -303,8 +319,7 @@ def tokenized(parts: dict[str, TextSet], folder: str | Path, tokenizer: str, max
         info = {"version": VERSION, "tokenizer": tokenizer, "max_length": int(max_length), "sizes": sizes}
         try:  # each split's ids, then info.json, each atomically (concurrent writers write equal files)
             for split, array in ids.items():
-                with atomic_path(folder / f"{split}.npy") as tmp:
-                    np.save(tmp, array, allow_pickle=False)
+                save_array(folder / f"{split}.npy", array)
             write_json_atomic(folder / "info.json", info)
         except OSError as err:
             log.warning("could not cache the token ids in %s (%s): they stay in memory", folder, err)
