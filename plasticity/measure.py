@@ -54,12 +54,25 @@ HIST_RANGE = (-4.0, 4.0)  # log10 of the rate
 HIST_BINS = 800  # 0.01 decades a bin: quantiles within 2.3 %
 
 
-class _Tokens(Exception):
-    """Carries the embedding tokens (``args[0]``) out of the forward pass it stops: no block runs."""
+class _Caught(Exception):
+    """Carries a module's output (``args[0]``) out of the forward pass it stops: nothing after it runs."""
 
 
-def _stop_with_tokens(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
-    raise _Tokens(output)
+def _stop_with_output(module: nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+    raise _Caught(output)
+
+
+def output_in_forward(model: nn.Module, module: nn.Module, inputs: torch.Tensor, name: str) -> torch.Tensor:
+    """What ``module`` (``name`` in the error) outputs in ``model.forward_features(inputs)``, stopped there
+    (a ``transformers`` layer's ``(tokens, ...)``: the tokens)."""
+    handle = module.register_forward_hook(_stop_with_output)
+    try:
+        model.forward_features(inputs)
+    except _Caught as found:
+        return first(found.args[0])
+    finally:
+        handle.remove()
+    raise RuntimeError(f"{type(model).__name__}.forward_features never ran {name}")
 
 
 def embed_tokens(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
@@ -73,14 +86,7 @@ def embed_tokens(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
     """
     if family_of(model) != "vit":
         return model.embed(images)
-    handle = model.norm_pre.register_forward_hook(_stop_with_tokens)
-    try:
-        model.forward_features(images)
-    except _Tokens as found:
-        return found.args[0]
-    finally:
-        handle.remove()
-    raise RuntimeError(f"{type(model).__name__}.forward_features never ran norm_pre")
+    return output_in_forward(model, model.norm_pre, images, "norm_pre")
 
 
 def first(output):

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from plasticity.components import TEXT_FAMILIES, family_of
+from plasticity.measure import output_in_forward
 
 __all__ = ["FEATURES", "POOLS", "accuracy", "block_output", "extract_features", "fit_logreg", "grad_max",
            "l2_standardise", "logits", "loss", "pool_problem", "pool_tokens", "select_c"]
@@ -48,7 +49,7 @@ def block_output(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The tokens the last block outputs, ``(B, T, D)``: the residual stream before the final norm.
 
     A forward hook on ``net.blocks[-1]`` catches them during ``net.forward_features`` (whatever
-    the family does before its blocks: position embedding, register tokens, rope).
+    the family does before its blocks: position embedding, register tokens, rope), which stops there.
 
     Raises:
         ValueError: The model has no ``blocks``.
@@ -57,13 +58,7 @@ def block_output(net: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     if blocks is None or len(blocks) == 0:
         raise ValueError(f"{type(net).__name__} has no `blocks`: task.features=block_output needs a timm ViT-like "
                          f"model. Fix: task.features=pre_logits.")
-    caught: list[torch.Tensor] = []  # transformers layers may return (tokens, ...): the tokens come first
-    handle = blocks[-1].register_forward_hook(lambda _m, _i, o: caught.append(o[0] if isinstance(o, tuple) else o))
-    try:
-        net.forward_features(x)
-    finally:
-        handle.remove()
-    return caught[-1]
+    return output_in_forward(net, blocks[-1], x, "its last block")  # the final norm does not run
 
 
 def pool_tokens(tokens: torch.Tensor, pool: str) -> torch.Tensor:
