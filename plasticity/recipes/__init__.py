@@ -37,7 +37,6 @@ __all__ = ["REGISTRY", "get", "names", "register", "tree_sections", "validate"]
 REGISTRY: dict[str, type[Recipe]] = {}
 """Task name -> recipe class, filled as recipe modules are imported."""
 
-_NOT_TASKS = ("base",)  # modules of this package that hold shared code, not a task
 
 
 def register(cls: type) -> type:
@@ -49,7 +48,7 @@ def register(cls: type) -> type:
 def names() -> tuple[str, ...]:
     """Every task name: the recipe modules of this package (nothing is imported)."""
     found = (m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]))
-    return tuple(sorted(n for n in found if not n.startswith("_") and n not in _NOT_TASKS))
+    return tuple(sorted(n for n in found if not n.startswith("_") and n != "base"))  # base: shared code
 
 
 def get(name: str) -> type[Recipe]:

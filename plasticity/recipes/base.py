@@ -31,6 +31,8 @@ class RecipeBase:
     name: ClassVar[str]
     sections: ClassVar[tuple[str, ...]] = ("task", "model", "dataset", "seed")
     always_run: ClassVar[bool] = False
+    trains: ClassVar[bool] = False
+    """Whether it reads the dataset's train split (checked to have one)."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, resume: str | None = None) -> None:
         self.cfg = cfg
@@ -44,7 +46,15 @@ class RecipeBase:
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
-        """Adds the problems between keys and of what they name (each key's own: :mod:`plasticity.schema`)."""
+        """Adds the problems between keys and of what they name (each key's own: :mod:`plasticity.schema`):
+        the model, the dataset (and ``task.reference``) and ``task.device``, where the task has them."""
+        check_model(cfg, p)
+        check_dataset(cfg, p, cfg.dataset.name, trains=cls.trains)
+        if "reference" in cfg.task:
+            check_dataset(cfg, p, cfg.task.reference, key="task.reference")
+        check_dataset_values(cfg.dataset, p)
+        if "device" in cfg.task and not p.names("task.device"):
+            check_device(cfg.task.device, p, local)
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
@@ -66,15 +76,6 @@ class RecipeBase:
 class AnalysisRecipe(RecipeBase):
     """Shared by ``task=plasticity`` and ``task=bounds``: pairs (reference test image, downstream
     test image) streamed through the pretrained model on its device."""
-
-    @classmethod
-    def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
-        check_model(cfg, p)
-        check_dataset(cfg, p, cfg.dataset.name)
-        check_dataset(cfg, p, cfg.task.reference, key="task.reference")
-        check_dataset_values(cfg.dataset, p)
-        if not p.names("task.device"):
-            check_device(cfg.task.device, p, local)
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:

@@ -24,14 +24,6 @@ OUT_DIR = "dashboard"
 SPEC_FILE = "workspace.json"
 
 
-def sweep_problem(sweep_dir: Any) -> str | None:
-    """The problem with ``sweep_dir`` as the dashboard's sweep, or None when it holds runs: a
-    ``result.json`` or a W&B run file (:func:`run_paths`)."""
-    from plasticity.report.collect import check_sweep_dir
-
-    return check_sweep_dir(sweep_dir, run_paths, "no runs under it (no result.json, no W&B run file)")
-
-
 def run_paths(root: Path) -> Iterator[Path]:
     """Every ``result.json`` and ``run-*.wandb`` under ``root``, lazily, outside hidden folders and the
     dashboard's own output folder ``root/dashboard``."""
@@ -66,9 +58,12 @@ class Dashboard(RecipeBase):
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
+        from plasticity.report.collect import check_sweep_dir
         from plasticity.tracking.dashboard import has_credentials
 
-        p.require(not (problem := sweep_problem(cfg.sweep_dir)), problem)
+        # a sweep holds runs: a result.json or a W&B run file (run_paths)
+        problem = check_sweep_dir(cfg.sweep_dir, run_paths, "no runs under it (no result.json, no W&B run file)")
+        p.require(not problem, problem)
         if cfg.task.online is True and not has_credentials():
             p.add("task.online=true but there is no W&B API key (WANDB_API_KEY unset, no netrc entry). "
                   "Fix: wandb login (or export WANDB_API_KEY=<key>), or task.online=auto to write "

@@ -34,8 +34,7 @@ from plasticity.runs.checkpoints import (CHECKPOINT_DIR, LAST_CHECKPOINT, WEIGHT
                                          checkpoint_step, prepare_resume)
 from plasticity.runs.ranks import announce, is_rank_zero, num_nodes
 from plasticity.runs.record import config_hash, optimizer_name
-from plasticity.validate import (Problems, check_callbacks, check_dataset, check_dataset_values, check_model,
-                                 check_optimizer, check_trainer, world_size)
+from plasticity.validate import Problems, check_callbacks, check_optimizer, check_trainer, world_size
 
 if TYPE_CHECKING:
     import lightning as L
@@ -55,15 +54,14 @@ class Finetune(RecipeBase):
 
     name = "finetune"
     sections = ("task", "model", "dataset", "component", "adapter", "optimizer", "trainer", "seed")
+    trains = True
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
         groups = check_strategy(cfg, p)
         if groups is not None:  # an adapter is checked against the groups it would adapt
             check_job_adapter(cfg, groups, p)
-        check_model(cfg, p)
-        check_dataset(cfg, p, cfg.dataset.name, trains=True)
-        check_dataset_values(cfg.dataset, p)
+        super().validate(cfg, p, local)
         check_optimizer(cfg, p)
         check_steps(cfg, p)
         check_trainer(cfg, p, local)
@@ -77,10 +75,8 @@ class Finetune(RecipeBase):
                 "component": tag_of(cfg), "optimizer": optimizer_name(cfg.optimizer.get("_target_", "?")),
                 "lr": float(lr) if isinstance(lr, (int, float)) else lr, "seed": cfg.seed}
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, resume: str | None = None) -> None:
-        super().__init__(cfg, run_dir, resume)
-        self.trainer: "L.Trainer | None" = None
-        """The Lightning trainer once built (what :meth:`progress` reads)."""
+    trainer: "L.Trainer | None" = None
+    """The Lightning trainer once built (what :meth:`progress` reads)."""
 
     def run(self) -> dict[str, Any]:
         """Trains, tests the best-validation checkpoint and returns the result fields (and, with
@@ -124,10 +120,9 @@ class Finetune(RecipeBase):
         tested = trainer.test(module, datamodule=datamodule, ckpt_path=best, verbose=False)[0]
         return {"best_val_acc": float(checkpoint.best_model_score), "test_acc": float(tested["test/acc"]),
                 "test_loss": float(tested["test/loss"]), "majority_acc": majority_share(datamodule.splits.test.labels),
-                "best_step": int(checkpoint_step(best)),
-                "steps": int(trainer.global_step), "trainable_params": selection.counts["group"],
-                "params": selection.counts, "split_hash": datamodule.split_hash, **recorded_classes(cfg.dataset.name),
-                "train_s": round(train_s, 2),
+                "best_step": int(checkpoint_step(best)), "steps": int(trainer.global_step),
+                "trainable_params": selection.counts["group"], "params": selection.counts,
+                "split_hash": datamodule.split_hash, **recorded_classes(cfg.dataset.name), "train_s": round(train_s, 2),
                 "best_checkpoint": str(Path(best).relative_to(self.run_dir)), "resumed": resume is not None,
                 **strategy}, module
 

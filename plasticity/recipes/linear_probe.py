@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
-from plasticity.devices import autocast, check_device, precision
+from plasticity.devices import autocast, precision
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
-from plasticity.validate import Problems, check_dataset, check_dataset_values, check_model, model_modality
+from plasticity.validate import Problems, model_modality
 
 if TYPE_CHECKING:
     import torch
@@ -48,17 +48,13 @@ class LinearProbe(RecipeBase):
     """Recipe of ``task=linear_probe``: features of the frozen model, then a logistic regression."""
 
     name = "linear_probe"
-    sections = ("task", "model", "dataset", "seed")
+    trains = True
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
         from plasticity.probe import pool_problem
 
-        check_model(cfg, p)
-        check_dataset(cfg, p, cfg.dataset.name, trains=True)
-        check_dataset_values(cfg.dataset, p)
-        if not p.names("task.device"):
-            check_device(cfg.task.device, p, local)
+        super().validate(cfg, p, local)
         if not p.names("model.name") and (problem := pool_problem(cfg.task.pool, f"model.name={cfg.model.name!r}",
                                                                   model_modality(cfg) == "text")):
             p.add(problem)
@@ -203,10 +199,9 @@ class LinearProbe(RecipeBase):
         if self.cfg.task.select_c and "val" not in raw:
             raise ValueError(f"task.select_c=true needs a validation split, and dataset={self.cfg.dataset.name} has "
                              f"none. Fix: task.select_c=false.")
-        names = list(raw)
-        standardised, mean, std = l2_standardise(*(raw[n] for n in names))
-        x = dict(zip(names, standardised))
-        y = {n: torch.as_tensor(getattr(splits, n).labels, dtype=torch.long, device=self.device) for n in names}
+        standardised, mean, std = l2_standardise(*raw.values())
+        x = dict(zip(raw, standardised))
+        y = {n: torch.as_tensor(getattr(splits, n).labels, dtype=torch.long, device=self.device) for n in raw}
         return x, y, mean, std
 
     def result_fields(self, net: "torch.nn.Module", splits: "Splits", x: dict, y: dict, fitted: dict,
@@ -221,8 +216,7 @@ class LinearProbe(RecipeBase):
         if fitted["iterations"] >= task.max_iter:
             log.warning("L-BFGS stopped at task.max_iter=%d before reaching task.tol=%g (largest gradient entry "
                         "%.2e). Fix: raise task.max_iter.", task.max_iter, task.tol, gmax)
-        dim = int(W.shape[1])
-        k = splits.num_classes
+        dim, k = int(W.shape[1]), splits.num_classes
         fields = {
             "test_acc": accuracy(x["test"], y["test"], W, b),
             # select_c: the chosen C's validation accuracy, its selection score

@@ -73,12 +73,9 @@ class Plasticity(AnalysisRecipe):
             row.update(depth_pct=100.0 * row["block"] / max(depth - 1, 1), mode=task.mode)  # Fig. 3: 0 % to 100 %
         write_csv_atomic(self.run_dir / "plasticity.csv", rows, CSV_COLUMNS)
         order = ranking(rows)
-        summary = {
-            "mode": task.mode, "pairing": task.pairing, "pairs_from": self.pairs_from, "n_pairs": task.n_pairs,
-            "distinct_pairs": distinct,
-            "reference": task.reference, "dataset": self.cfg.dataset.name, "model": self.cfg.model.name,
-            "ranking": [{"group": g, "mean": m} for g, m in order],
-        }
+        summary = {"mode": task.mode, "pairing": task.pairing, "pairs_from": self.pairs_from, "n_pairs": task.n_pairs,
+                   "distinct_pairs": distinct, "reference": task.reference, "dataset": self.cfg.dataset.name,
+                   "model": self.cfg.model.name, "ranking": [{"group": g, "mean": m} for g, m in order]}
         if getattr(net, "bos_token_id", None) is not None:  # a decoder's windows: the attention sink left out
             summary["window_start"] = f"BOS token {net.bos_token_id}, prepended to x and y (plasticity.measure.with_bos)"
         write_json_atomic(self.run_dir / "plasticity.json", summary)
@@ -89,9 +86,8 @@ class Plasticity(AnalysisRecipe):
         plot_distribution(stats, self.run_dir / "plasticity_distribution.png", title=title)
         plot_depth(rows, self.run_dir / "plasticity_depth.png", title=title)
         log.info("plasticity ranking: %s", " > ".join(f"{g} ({m:.3f})" for g, m in order))
-        log_analysis(self.cfg, self.identity(self.cfg), self.run_dir, tables={"plasticity": rows},
-                     images={name: self.run_dir / f"{name}.png" for name in ("plasticity_distribution",
-                                                                              "plasticity_depth")},
+        figures = {name: self.run_dir / f"{name}.png" for name in ("plasticity_distribution", "plasticity_depth")}
+        log_analysis(self.cfg, self.identity(self.cfg), self.run_dir, tables={"plasticity": rows}, images=figures,
                      summary={f"plasticity/{g}": m for g, m in order})
         return {k: summary[k] for k in ("mode", "pairing", "pairs_from", "n_pairs", "distinct_pairs", "reference",
                                         "ranking", "window_start") if k in summary}
@@ -101,9 +97,8 @@ class Plasticity(AnalysisRecipe):
         task = self.cfg.task
         kept = min(r["n_pairs"] for r in rows)
         if kept == 0:
-            raise ValueError(
-                f"no distinct pair: every reference image equals its downstream image "
-                f"(task.reference={task.reference!r}, dataset={self.cfg.dataset.name!r}, "
-                f"pairing={task.pairing!r}). Fix: a different reference or downstream dataset.")
+            raise ValueError(f"no distinct pair: every reference image equals its downstream image (task.reference="
+                             f"{task.reference!r}, dataset={self.cfg.dataset.name!r}, pairing={task.pairing!r}). "
+                             f"Fix: a different reference or downstream dataset.")
         if kept < task.n_pairs:
             log.warning("%d of %d pairs were identical images and were left out", task.n_pairs - kept, task.n_pairs)

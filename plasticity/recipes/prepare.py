@@ -11,7 +11,6 @@ from omegaconf import DictConfig
 
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
-from plasticity.validate import Problems, check_dataset, check_dataset_values, check_model
 
 log = logging.getLogger(__name__)
 
@@ -30,13 +29,7 @@ class Prepare(RecipeBase):
     name = "prepare"
     sections = ("task", "model", "dataset")
     always_run = True  # cheap when done: finished splits are skipped inside
-
-    @classmethod
-    def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
-        """A model name (for the input side) and the data: all ``task=inspect_data`` needs too."""
-        check_model(cfg, p)
-        check_dataset(cfg, p, cfg.dataset.name)
-        check_dataset_values(cfg.dataset, p)
+    # validate: a model name (for the input side) and the data, all task=inspect_data needs too
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:

@@ -26,9 +26,8 @@ class Pretrain(Finetune):
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
         super().validate(cfg, p, local)
-        p.require(cfg.component.name == "all",
-                  f"component={cfg.component.name!r}: task=pretrain trains every parameter. "
-                  f"Fix: component=all (the task's default).")
+        p.require(cfg.component.name == "all", f"component={cfg.component.name!r}: task=pretrain trains every "
+                                               f"parameter. Fix: component=all (the task's default).")
 
     def run(self) -> dict[str, Any]:
         fields, module = self.fit()
