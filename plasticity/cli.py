@@ -19,22 +19,11 @@ from typing import Iterator
 
 __all__ = ["explain", "reporting_errors"]
 
-# Hydra's flags whose next argument is their value, not an override.
-_FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
-                     "--config-dir", "-cd", "--experimental-rerun")
-
-
 def overrides_of(argv: list[str]) -> list[str]:
-    """The overrides of a command line."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in _FLAGS_WITH_VALUE:
-            skip = True
-        elif not arg.startswith("-"):
-            out.append(arg)
-    return out
+    """The overrides of a command line, as ``@hydra.main``'s own parser reads it (``--cfg job`` is a flag's value)."""
+    from hydra._internal.utils import get_args_parser
+
+    return get_args_parser().parse_known_intermixed_args(argv)[0].overrides
 
 
 def first_values(overrides: list[str]) -> list[str]:
@@ -53,14 +42,17 @@ def first_values(overrides: list[str]) -> list[str]:
 
 def suggestion(key: str, overrides: list[str]) -> str:
     """The fix for a key Hydra could not place."""
-    from plasticity.validate import TASK_OWNED_TRAINER, closest, flat_keys
+    import inspect
+
+    from plasticity.validate import Trainer, closest, flat_keys, optimizer_class
 
     section, _, leaf = key.partition(".")
-    if section == "trainer" and leaf in TASK_OWNED_TRAINER:
-        return f"{key} is set by the task from its own keys, so it cannot be set here. Fix: {TASK_OWNED_TRAINER[leaf]}."
+    if section == "trainer" and leaf in Trainer.OWNED:
+        return f"{key} is set by the task from its own keys, so it cannot be set here. Fix: {Trainer.OWNED[leaf]}."
     # Only the group choices (model=..., task=...): the keys of the config the user chose, without the bad key.
     cfg = _compose([o for o in first_values(overrides) if "." not in o.split("=", 1)[0].lstrip("+~")])
-    if section == "optimizer" and leaf in optimizer_arguments(cfg.optimizer.get("_target_")):
+    cls = optimizer_class(cfg.optimizer.get("_target_"))  # its arguments follow the parameters
+    if section == "optimizer" and cls is not None and leaf in list(inspect.signature(cls).parameters)[1:]:
         return (f"{key} is an argument of {cfg.optimizer._target_} that its config file leaves at torch's default. "
                 f"Fix: +{key}=<value> (the + adds it).")
     near = closest(key, [k for k in flat_keys(cfg) if not k.startswith("hydra")])
@@ -68,16 +60,6 @@ def suggestion(key: str, overrides: list[str]) -> str:
         return f"{key} is not a config key; the closest is {near}. Fix: {near}=<value>."
     return (f"{key} is not a config key. Fix: check the spelling (python launch.py --cfg job lists every key), "
             f"or +{key}=<value> to add a new one on purpose.")
-
-
-def optimizer_arguments(target: str | None) -> list[str]:
-    """The arguments of the optimizer class ``target`` names (none when it is not one)."""
-    import inspect
-
-    from plasticity.validate import optimizer_class
-
-    cls = optimizer_class(target)
-    return [] if cls is None else [name for name in inspect.signature(cls).parameters if name != "params"]
 
 
 def _compose(overrides: list[str]):

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import signal
 import socket
 import time
 import traceback
@@ -49,7 +50,7 @@ from plasticity.errors import USER_ERRORS
 from plasticity.runs import CONFIG_FILE, ERROR_FILE, RESULT_FILE, STARTED_FILE, RunLock, config_hash, write_json_atomic
 from plasticity.runs.ranks import announce, await_decision, conclude, global_rank, is_rank_zero, num_nodes
 from plasticity.runs.state import archive_run, clear_stale, confirm, conflict_message
-from plasticity.runs.stop import INTERRUPTED, Interrupted, recording_signals, signal_name, storage_fault
+from plasticity.runs.stop import INTERRUPTED, Interrupted, recording_signals, storage_fault
 from plasticity.validate import model_modality
 
 log = logging.getLogger(__name__)
@@ -261,7 +262,7 @@ def run_recipe_and_record(cfg: DictConfig, recipe, run_dir: Path, identity: dict
                 raise
             stop = err  # SystemExit: submitit's requeue handler exits after SLURM's signal (noted first)
             # Every signal, in order: SLURM's time-limit USR2 (submitit requeues) is followed by its SIGTERM.
-            why = f"stopped by {', then '.join(dict.fromkeys(map(signal_name, received)))}"
+            why = f"stopped by {', then '.join(dict.fromkeys(signal.Signals(s).name for s in received))}"
             record.update(status=INTERRUPTED, error=why, **progress(job))
             log.warning("run interrupted (%s); a relaunch resumes it from its last checkpoint", why)
         except Exception as err:  # recorded, so the sweep goes on

@@ -22,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.markup import escape
 
 from plasticity.console import console, job_overrides, print_config_tree, print_problems
-from plasticity.validate import USABLE_WEIGHTS
+from plasticity.validate import USABLE_WEIGHTS, inputs_status
 
 STATUS = {"new": "to run", "finished": "done (skip)", "resume": "to resume", "failed": "failed (re-run)",
           "running": "running", "conflict": "conflict"}
@@ -71,12 +71,6 @@ class RunCheck(Callback):
             raise SystemExit(0)
         job.problems += validate(config, local=True)
         stop_on_problems([job], [])
-
-
-def check_all(jobs: list[Job], config: DictConfig) -> list[Job]:
-    """Checks every job of a launch (the device checks only when it runs on this machine)."""
-    local = "slurm" not in str(config.hydra.launcher.get("_target_", "")).lower()
-    return [check(job, local) for job in jobs]
 
 
 def check(job: Job, local: bool) -> Job:
@@ -130,12 +124,6 @@ def submission_split(jobs: list[Job]) -> tuple[list[Job], list[Job]]:
     return [job for job in jobs if is_done(job)], [job for job in jobs if not is_done(job)]
 
 
-def split_line(skipped: int, submitted: int, dry: bool = False) -> str:
-    """The line printed before the launch (and by the dry run, in the conditional)."""
-    return (f"would skip {skipped} done runs, submit {submitted}" if dry
-            else f"skipped {skipped} done runs, submitting {submitted}")
-
-
 def print_plan(jobs: list[Job], varying: list[str]) -> None:
     """The config tree once (the first job's), then which keys vary across the jobs."""
     from plasticity.recipes import get, tree_sections
@@ -153,17 +141,6 @@ def status_of(job: Job) -> str:
     """The job's row status in the dry run (a done run is re-run when ``sweep.skip_done=false``)."""
     kind = getattr(job.state, "kind", "")
     return "done (re-run)" if kind == "finished" and not is_done(job) else STATUS.get(kind, "to run")
-
-
-def inputs_of(job: Job) -> tuple[str, str]:
-    """The job's data and weights status (:func:`plasticity.validate.inputs_status`)."""
-    from plasticity.recipes import get, names
-    from plasticity.validate import inputs_status
-
-    if job.cfg is None:
-        return "?", "?"
-    task = job.cfg.task.get("name")
-    return inputs_status(job.cfg, get(task).sections if task in names() else ())
 
 
 def dry_run(jobs: list[Job], started: float, submitting: bool = False) -> None:
@@ -203,13 +180,19 @@ def dry_run(jobs: list[Job], started: float, submitting: bool = False) -> None:
     con.print(" | ".join(parts + [f"checked in {time.perf_counter() - started:.1f} s"]), highlight=False)
     if submitting:
         skipped, submitted = submission_split(jobs)
-        con.print(f"dry run: the launcher {split_line(len(skipped), len(submitted), dry=True)}", highlight=False)
+        con.print(f"dry run: the launcher would skip {len(skipped)} done runs, submit {len(submitted)}",
+                  highlight=False)
+
+
+def inputs_of(job: Job) -> tuple[str, str]:
+    """The job's data and weights status (:func:`plasticity.validate.inputs_status`)."""
+    from plasticity.recipes import get, names
+
+    if job.cfg is None:
+        return "?", "?"
+    task = job.cfg.task.get("name")
+    return inputs_status(job.cfg, get(task).sections if task in names() else ())
 
 
 def _relative(path: Path | None) -> Path | str:
-    if path is None:
-        return "?"
-    try:
-        return path.relative_to(Path.cwd())
-    except ValueError:
-        return path
+    return "?" if path is None else path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path

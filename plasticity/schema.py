@@ -292,7 +292,6 @@ TASKS: dict[str, type] = {"finetune": Finetune, "pretrain": Pretrain, "plasticit
                           "linear_probe": LinearProbe, "prepare": Prepare, "inspect_data": InspectData,
                           "report": Report, "dashboard": Dashboard}
 """Each task's ``task.*`` schema (``conf/task/<name>.yaml``)."""
-TASK_OWNED_TRAINER = Trainer.OWNED
 PLASTICITY_CALLBACK = "plasticity.callbacks.PlasticityCallback"
 
 

