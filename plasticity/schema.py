@@ -637,6 +637,5 @@ def check_run_path(raw: dict, values: dict, p: Problems) -> None:
     for key in dict.fromkeys(_PATH_KEY.findall(str(template))):
         value = get(values, key)
         if key not in FOLDER_KEYS and isinstance(value, (str, int, float)) and not p.names(key):
-            p.require("/" not in str(value) and str(value) not in (".", ".."),
-                      f"{key}={value!r} would add a folder to the run's path ({template}), which has one folder per "
-                      f"key. Fix: a value without '/'.")
+            p.require("/" not in str(value) and str(value) not in (".", ".."), f"{key}={value!r} would add a folder "
+                      f"to the run's path ({template}), which has one folder per key. Fix: a value without '/'.")

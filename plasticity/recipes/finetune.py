@@ -257,9 +257,8 @@ def check_steps(cfg: DictConfig, p: Problems) -> None:
     task, world = cfg.task, world_size(cfg.trainer)
     if world is None or p.names("task"):  # their types and ranges first (check_distributed names the processes)
         return
-    p.require(task.warmup_steps < task.max_steps,
-              f"task.warmup_steps={task.warmup_steps!r} must be an integer in [0, task.max_steps={task.max_steps}). "
-              f"Fix: lower task.warmup_steps or raise task.max_steps.")
+    p.require(task.warmup_steps < task.max_steps, f"task.warmup_steps={task.warmup_steps!r} must be an integer in "
+              f"[0, task.max_steps={task.max_steps}). Fix: lower task.warmup_steps or raise task.max_steps.")
     p.require(task.val_every <= task.max_steps,
               f"task.val_every={task.val_every} exceeds task.max_steps={task.max_steps}: no validation would run and "
               f"no best checkpoint could be chosen. Fix: task.val_every<={task.max_steps}.")
