@@ -131,7 +131,8 @@ def _groups(groups: str | Iterable[str]) -> list[str]:
 # ----------------------------------------------------------------------------------- targets
 
 
-def target_modules(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable[int] | None = None) -> list[str]:
+def target_modules(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable[int] | None = None,
+                   adapter: Mapping | None = None) -> list[str]:
     """Full names of the ``nn.Linear`` modules LoRA adapts (peft's ``target_modules``): those whose
     parameters :func:`~plasticity.components.classify` puts in one of ``groups`` and in one of ``blocks``.
 
@@ -141,22 +142,15 @@ def target_modules(model: "nn.Module", groups: str | Iterable[str], blocks: Iter
         model: A timm ViT-family model (plain, not yet adapted).
         groups: Groups among :data:`LORA_GROUPS`.
         blocks: Block indices; None: every block.
+        adapter: The adapter section, whose numbers are checked too (:func:`check_adapter`); None: not checked.
 
     Raises:
-        ConfigError: a group without Linear weights or a block the model lacks.
+        ConfigError: every problem of the groups (and ``adapter``) and the blocks, one line each: a group without
+            Linear weights, a block the model lacks.
         ValueError: nothing to adapt.
     """
-    groups, blocks = _checked(model, groups, blocks)
-    return _linear_names(model, groups, blocks)
+    import torch.nn as nn
 
-
-def _checked(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable[int] | None,
-             adapter: Mapping | None = None) -> tuple[list[str], list[int] | None]:
-    """The groups and blocks as lists, once the groups (and ``adapter``) and the blocks pass their checks.
-
-    Raises:
-        ConfigError: every problem, one line each.
-    """
     groups, blocks = _groups(groups), None if blocks is None else list(blocks)
     p = Problems()
     p.add(*(check_adapter(groups, adapter) if adapter else ()))  # the groups, then the numbers
@@ -164,12 +158,6 @@ def _checked(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable[i
         check_lora_groups(groups, p)
     p.check(check_blocks, blocks, block_count(model))
     p.raise_if_any()
-    return groups, blocks
-
-
-def _linear_names(model: "nn.Module", groups: list[str], blocks: list[int] | None) -> list[str]:
-    import torch.nn as nn
-
     located = {name: classify(f"{name}.weight") for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     names = [name for name, (group, block) in located.items()
              if group in groups and block is not None and (blocks is None or block in blocks)]
@@ -211,11 +199,11 @@ def apply_lora(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable
     Raises:
         ConfigError: bad rank/alpha/dropout, a group without Linear weights, a block the model lacks.
     """
-    groups, blocks = _checked(model, groups, blocks, {"name": "lora", "rank": rank, "alpha": alpha, "dropout": dropout})
+    targets = target_modules(model, groups, blocks, {"name": "lora", "rank": rank, "alpha": alpha, "dropout": dropout})
     if lora_names(model):
         raise ValueError("the model already holds LoRA layers; apply_lora adapts a plain timm model once. "
                          "Fix: build a fresh model (plasticity.models.create_model) and adapt that.")
-    targets = _linear_names(model, groups, blocks)
+    groups = _groups(groups)
     _route_qkv_through_forward(model, targets)
     from peft import LoraConfig, inject_adapter_in_model
 
