@@ -152,14 +152,13 @@ class FinetuneModule(L.LightningModule):
     def param_groups(self) -> list[dict]:
         """The trainable parameters as optimizer groups: one at the base learning rate (first, so
         the logged ``lr`` is the base rate), then one per group of ``lr_scale`` at ``lr x scale``."""
-        base_lr = self.optimizer_factory.keywords["lr"] if self.lr_scale else None  # the partial's optimizer.lr
         params = dict(self.net.named_parameters())
         scaled = {g: set(names) for g, names in self.selection.by_group.items() if g in self.lr_scale}
-        taken = set().union(*scaled.values()) if scaled else set()
+        taken = set().union(*scaled.values())
         groups = [{"params": [p for n, p in params.items() if p.requires_grad and n not in taken]}]
-        for g, names in scaled.items():
-            groups.append({"params": [params[n] for n in params if n in names and params[n].requires_grad],
-                           "lr": base_lr * float(self.lr_scale[g]), "name": g})
+        groups += [{"params": [params[n] for n in params if n in names and params[n].requires_grad],  # the partial's lr
+                    "lr": self.optimizer_factory.keywords["lr"] * float(self.lr_scale[g]), "name": g}
+                   for g, names in scaled.items()]
         return [group for group in groups if group["params"]]
 
     def configure_optimizers(self):
