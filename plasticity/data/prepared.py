@@ -28,13 +28,12 @@ import numpy as np
 
 from plasticity.data.sources import ArraySet, DataError, FileSet
 from plasticity.data.splits import official_splits
-from plasticity.data.text import save_array
+from plasticity.data.text import SPLITS, save_array
 from plasticity.runs.io import atomic_path, read_json, write_json_atomic
 
 __all__ = ["open_prepared", "prepare", "prepared_path", "prepared_root"]
 
 log = logging.getLogger(__name__)
-SPLITS = ("train", "val", "test")
 VERSION = 1
 
 

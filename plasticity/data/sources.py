@@ -70,8 +70,8 @@ from plasticity.errors import did_you_mean
 from plasticity.text.hub import package_folder
 
 __all__ = ["NUM_SEVERITIES", "SOURCES", "ArraySet", "DataError", "FileSet", "Folder", "Source", "Table", "TextCorpus",
-           "check_severity", "generate_fashion_mnist_c", "is_dataset", "modality", "read_c_layout", "recorded_classes",
-           "source", "text_problems", "train_problem", "user_source"]
+           "check_severity", "is_dataset", "modality", "read_c_layout", "recorded_classes", "source", "text_problems",
+           "train_problem", "user_source"]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 
@@ -348,40 +348,25 @@ class FashionMNISTC(CifarC):
                                 "labels.npy are generated from that test set on first use.)") from None
 
     def make_files(self, data_dir: Path, download: bool) -> None:
-        """Generate the files from the clean test set (downloaded by torchvision when ``download``)."""
-        generate_fashion_mnist_c(data_dir, self.corruption, download=download)
+        """Create ``<data_dir>/FashionMNIST-C/<corruption>.npy`` (+ ``labels.npy``) from the clean test set
+        (downloaded by torchvision when ``download``).
 
-
-def generate_fashion_mnist_c(data_dir: str | Path, corruption: str, *, download: bool = False) -> Path:
-    """Create ``<data_dir>/FashionMNIST-C/<corruption>.npy`` (+ ``labels.npy``) from the clean test set.
-
-    Deterministic (seeded by corruption name and severity); files are written atomically, so
-    concurrent runs produce identical files.
-
-    Args:
-        data_dir: Root data folder (holds ``FashionMNIST/raw``).
-        corruption: One of :data:`plasticity.data.corruptions.CORRUPTIONS`.
-        download: Let torchvision download the clean set if missing.
-
-    Returns:
-        The ``FashionMNIST-C`` folder.
-    """
-    src = source(f"fashion_mnist_c/{corruption}")
-    clean = FashionMNIST()
-    clean.ensure(data_dir, download=download)
-    test = clean.read_split(Path(data_dir), "t10k")
-    out_dir = src.path(data_dir)
-    all_labels = np.tile(test.labels, NUM_SEVERITIES)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    lbl_path = out_dir / "labels.npy"
-    if not lbl_path.is_file():
-        save_array(lbl_path, all_labels)
-    elif not np.array_equal(_open_npy(lbl_path, src.name), all_labels):
-        raise DataError(f"{src.name}: {lbl_path} does not match the clean test labels; delete {out_dir} and retry")
-    stack = [corrupt(test.images, corruption, s, zlib.crc32(f"{src.name}/{s}".encode()))  # the seed: name and severity
-             for s in range(1, NUM_SEVERITIES + 1)]
-    save_array(out_dir / f"{corruption}.npy", np.concatenate(stack))
-    return out_dir
+        Deterministic (seeded by corruption name and severity); files are written atomically, so
+        concurrent runs produce identical files.
+        """
+        clean = FashionMNIST()
+        clean.ensure(data_dir, download=download)
+        test = clean.read_split(data_dir, "t10k")
+        out_dir, all_labels = self.path(data_dir), np.tile(test.labels, NUM_SEVERITIES)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lbl_path = out_dir / "labels.npy"
+        if not lbl_path.is_file():
+            save_array(lbl_path, all_labels)
+        elif not np.array_equal(_open_npy(lbl_path, self.name), all_labels):
+            raise DataError(f"{self.name}: {lbl_path} does not match the clean test labels; delete {out_dir} and retry")
+        stack = [corrupt(test.images, self.corruption, s, zlib.crc32(f"{self.name}/{s}".encode()))
+                 for s in range(1, NUM_SEVERITIES + 1)]  # each severity seeded by the set's name and the severity
+        save_array(out_dir / f"{self.corruption}.npy", np.concatenate(stack))
 
 
 # ----------------------------------------------------------------------------- CIFAR-10/100
@@ -932,8 +917,8 @@ def _read_table(name: str, location: str, text: str, label: str, split: str | No
                         f"{' and '.join(found)} values (row {row}: {values[row]!r}). Fix: a column of class names "
                         f"or of class ids.")
     classes = sorted(set(values))
-    ids = {c: i for i, c in enumerate(classes)}
-    labels, texts = np.array([ids[v] for v in values], dtype=np.int64), tuple(rows[text])
+    ids, names = {c: i for i, c in enumerate(classes)}, tuple(map(str, classes))
+    table = TextSet(tuple(rows[text]), np.array([ids[v] for v in values], dtype=np.int64))
     if split:
         where = [str(v) for v in rows[split]]
         if unknown := sorted(set(where) - set(USER_SPLITS)):
@@ -941,12 +926,11 @@ def _read_table(name: str, location: str, text: str, label: str, split: str | No
                             f"{', '.join(USER_SPLITS)}. Fix: rename them, or dataset.split_column=null (the "
                             f"80/20 protocol).")
     if not split and set(where) <= {"", "train"}:  # one table (a hub dataset's train split alone): the protocol
-        return {"all": TextSet(texts, labels)}, tuple(map(str, classes))
+        return {"all": table}, names
     if not {"train", "test"} <= set(where):
         raise DataError(f"{name}: the splits {sorted(set(where))} lack train or test. Fix: both, or "
                         f"dataset.split_column=null (the 80/20 protocol).")
-    rows_of = {s: np.flatnonzero(np.asarray(where) == s) for s in USER_SPLITS if s in where}
-    return {s: TextSet(tuple(texts[i] for i in r), labels[r]) for s, r in rows_of.items()}, tuple(map(str, classes))
+    return {s: table.subset(np.flatnonzero(np.asarray(where) == s)) for s in USER_SPLITS if s in where}, names
 
 
 # ----------------------------------------------------------------------------- registry
