@@ -53,8 +53,7 @@ from plasticity.report.tables import AVERAGE, Cells, means_by, wilcoxon_p
 from plasticity.runs.io import blank
 
 __all__ = ["ALPHA", "CLAIMS", "COLUMNS", "ClaimInputs", "PAPER_RANKING", "chosen_runs", "claim_inputs",
-           "evaluate_claims", "exact_rank_p", "kendall_distance", "kendall_vs_paper", "screen", "verdict_text",
-           "wilcoxon_exact"]
+           "evaluate_claims", "exact_rank_p", "kendall_distance", "kendall_vs_paper", "screen", "verdict_text"]
 
 ALPHA = 0.05
 """Significance level of every test: the paper's (Table 1 marks p < 0.05)."""
@@ -110,11 +109,6 @@ class ClaimInputs:
 # ------------------------------------------------------------------------------- statistics
 
 
-def paper_score(group: str) -> int:
-    """Higher for a group the paper finds more plastic: MHA 5 ... LN1 1."""
-    return len(PAPER_RANKING) - PAPER_RANKING.index(group)
-
-
 def _tau(x: list[float], y: list[float]) -> float:
     return float(stats.kendalltau(x, y).statistic)
 
@@ -147,7 +141,7 @@ def kendall_vs_paper(values: dict[str, float]) -> tuple[float, float, int]:
     groups = [g for g in PAPER_RANKING if g in values]
     if len(groups) < 2:
         return NAN, NAN, len(groups)
-    x, y = [values[g] for g in groups], [paper_score(g) for g in groups]
+    x, y = [values[g] for g in groups], [len(PAPER_RANKING) - PAPER_RANKING.index(g) for g in groups]  # MHA 5 .. LN1 1
     return _tau(x, y), exact_rank_p(x, y), len(groups)
 
 
@@ -161,13 +155,6 @@ def kendall_distance(values: dict[str, float]) -> int:
 def ranking_text(values: dict[str, float]) -> str:
     """``"MHA > FC1 > ..."``: the groups by decreasing value."""
     return " > ".join(label(g) for g in sorted(values, key=lambda g: -values[g]))
-
-
-def wilcoxon_exact(x: Iterable[float]) -> float:
-    """Two-sided exact Wilcoxon signed-rank p of ``x`` against 0 (zeros dropped); NaN when fewer than
-    2 values or all are zero."""
-    x = np.asarray(list(x), dtype=float)
-    return wilcoxon_p(x, np.zeros_like(x))
 
 
 @dataclass(frozen=True)
@@ -191,7 +178,8 @@ class Effect:
         sd, t = float(x.std(ddof=1)), float(stats.t.ppf(1 - ALPHA / 2, n - 1))
         half = t * sd / math.sqrt(n)
         mde = (t + float(stats.t.ppf(POWER, n - 1))) * sd / math.sqrt(n)
-        return cls(float(x.mean()), float(x.mean()) - half, float(x.mean()) + half, wilcoxon_exact(x), n, mde)
+        p = wilcoxon_p(x, np.zeros_like(x))  # exact (n <= 25 targets) against 0, zeros dropped
+        return cls(float(x.mean()), float(x.mean()) - half, float(x.mean()) + half, p, n, mde)
 
 
 def too_few_targets(n: int) -> str | None:
@@ -213,13 +201,14 @@ def decide(effect: Effect) -> tuple[str, str]:
                                     f"detects {effect.mde:.3g} ({POWER:.0%} power)")
 
 
-def combine(parts: list[dict]) -> tuple[str, str]:
-    """(verdict, reason) of a claim of several parts: contradicted when one is, supported when all are, else
-    inconclusive, with its parts' reasons."""
+def combined(cid: str, statistic: str, parts: list[dict], n: int) -> list[dict]:
+    """A claim of several parts: its verdict row (value: the parts supported), then the parts. Contradicted
+    when one part is, supported when all are, else inconclusive with its parts' reasons."""
     verdicts = [p["verdict"] for p in parts]
+    verdict, reason = INCONCLUSIVE, "; ".join(dict.fromkeys(p["reason"] for p in parts if p["reason"]))
     if CONTRADICTED in verdicts or set(verdicts) == {SUPPORTED}:
-        return (CONTRADICTED if CONTRADICTED in verdicts else SUPPORTED), ""
-    return INCONCLUSIVE, "; ".join(dict.fromkeys(p["reason"] for p in parts if p["reason"]))
+        verdict, reason = (CONTRADICTED if CONTRADICTED in verdicts else SUPPORTED), ""
+    return [row(cid, statistic, float(verdicts.count(SUPPORTED)), None, n, verdict, "claim", POOLED, reason)] + parts
 
 
 # ------------------------------------------------------------------------------------- rows
@@ -291,27 +280,24 @@ def claim_c1(inputs: ClaimInputs) -> list[dict]:
 
 def claim_c2(inputs: ClaimInputs) -> list[dict]:
     """C2: Spearman rho between P(f) and finetuning accuracy, per target and pooled over targets."""
-    what = "Spearman rho between a group's P(f) and its test accuracy at the chosen lr"
-    if not inputs.plasticity:
-        return untestable("C2", what, NO_PLASTICITY)
-    return _correlations("C2", what, inputs.plasticity, accuracies(inputs.rows), inputs.sources,
-                         "no target has both P(f) and finetuning accuracy")
+    return _correlations("C2", "Spearman rho between a group's P(f) and its test accuracy at the chosen lr", inputs,
+                         accuracies(inputs.rows), "no target has both P(f) and finetuning accuracy")
 
 
 def claim_c4(inputs: ClaimInputs) -> list[dict]:
     """C4: Spearman rho between mean gradient norm and P(f), per target and pooled over targets."""
-    what = "Spearman rho between a group's mean grad_norm/<group> and its P(f)"
-    if not inputs.plasticity:
-        return untestable("C4", what, NO_PLASTICITY)
-    if not any(inputs.grad_norms.values()):
-        return untestable("C4", what, "no grad_norm/<group> logged in the finetuning runs' metrics.csv")
-    return _correlations("C4", what, inputs.plasticity, inputs.grad_norms, inputs.sources,
-                         "no target has both P(f) and gradient norms")
+    return _correlations("C4", "Spearman rho between a group's mean grad_norm/<group> and its P(f)", inputs,
+                         inputs.grad_norms, "no target has both P(f) and gradient norms",
+                         "no grad_norm/<group> logged in the finetuning runs' metrics.csv")
 
 
-def _correlations(cid: str, what: str, plasticity: dict[str, dict[str, float]], other: dict[str, dict[str, float]],
-                  sources: dict[str, str], none: str) -> list[dict]:
-    """Per target with at least 3 groups in both: Spearman rho of P(f) against ``other`` (exact p); pooled."""
+def _correlations(cid: str, what: str, inputs: ClaimInputs, other: dict[str, dict[str, float]], none: str,
+                  unlogged: str = "") -> list[dict]:
+    """Per target with at least 3 groups in both: Spearman rho of P(f) against ``other`` (exact p); pooled.
+    Untestable without P(f), or (with ``unlogged``, its reason) when ``other`` holds nothing."""
+    plasticity, sources = inputs.plasticity, inputs.sources
+    if not plasticity or (unlogged and not any(other.values())):
+        return untestable(cid, what, unlogged if plasticity else NO_PLASTICITY)
     details, rhos = [], []
     for target in sorted(set(plasticity) & set(other)):
         groups = [g for g in GROUPS if g in plasticity[target] and g in other[target]]
@@ -340,13 +326,9 @@ def claim_c3(rows: list[dict]) -> list[dict]:
     """C3: per compared group, the mean decrease from MHA over targets (Table 6 accuracies), tested."""
     acc = accuracies(rows)
     parts = [_c3_part(group, relation, acc) for group, relation in C3_PARTS]
-    verdict, reason = combine(parts)
     statistic = (f"parts supported of 4 (MHA > FC2, LN2, LN1: mean decrease > 0 with p < {ALPHA}; MHA no worse than "
                  f"FC1: not significantly below, interval above -{MARGIN:g} point)")
-    n = max((p["n"] or 0 for p in parts), default=0)
-    head = row("C3", statistic, float(sum(p["verdict"] == SUPPORTED for p in parts)), None, n, verdict, "claim",
-               POOLED, reason)
-    return [head] + parts
+    return combined("C3", statistic, parts, max((p["n"] or 0 for p in parts), default=0))
 
 
 def _c3_part(group: str, relation: str, acc: dict[str, dict[str, float]]) -> dict:
@@ -391,25 +373,18 @@ def claim_c5(cells: Cells) -> list[dict]:
         effect = Effect.of([by[g][t][0] - by["mha"][t][0] for t in targets])
         parts.append(effect_row("C5", f"{label(g)}'s {what} minus MHA's, mean over targets; CI: t; p: two-sided "
                                       f"exact Wilcoxon signed-rank", effect, *decide(effect), target=f"vs {label(g)}"))
-    verdict, reason = combine(parts)
     mean = {g: float(np.mean([s for s, _ in t.values()])) for g, t in by.items()}
     statistic = (f"parts supported of {len(parts)} (MHA's {what} below each other group's); mean spreads: "
                  + ", ".join(f"{label(g)} {mean[g]:.3g}" for g in sorted(mean, key=mean.get)))
-    head = row("C5", statistic, float(sum(p["verdict"] == SUPPORTED for p in parts)), None,
-               len(by["mha"]), verdict, "claim", POOLED, reason)
-    return [head] + parts
-
-
-def note_rows(inputs: ClaimInputs) -> list[dict]:
-    """The screening notes (:func:`screen`, :func:`edge_notes`), one ``level=note`` row each."""
-    return [row("screening", "what the claims compare", verdict="", level="note", target=target, reason=reason)
-            for target, reason in inputs.notes]
+    return combined("C5", statistic, parts, len(by["mha"]))
 
 
 def evaluate_claims(inputs: ClaimInputs) -> list[dict]:
-    """Every row of ``claims.csv``: per claim its verdict row, then its detail rows; then the screening notes."""
-    return (claim_c1(inputs) + claim_c2(inputs) + claim_c3(inputs.rows) + claim_c4(inputs) + claim_c5(inputs.cells)
-            + note_rows(inputs))
+    """Every row of ``claims.csv``: per claim its verdict row, then its detail rows; then the screening notes
+    (:func:`screen`, :func:`edge_notes`), one ``level=note`` row each."""
+    claims = claim_c1(inputs) + claim_c2(inputs) + claim_c3(inputs.rows) + claim_c4(inputs) + claim_c5(inputs.cells)
+    return claims + [row("screening", "what the claims compare", verdict="", level="note", target=target,
+                         reason=reason) for target, reason in inputs.notes]
 
 
 def screen(cells: Cells) -> tuple[Cells, list[tuple[str, str]]]:
