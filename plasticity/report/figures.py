@@ -4,7 +4,7 @@ Plasticity analysis: distribution per group and plasticity against depth (Fig. 3
 depth (Fig. 6). Report: relative gain over linear probing (Fig. 2), average accuracy with the
 pooled standard error (Fig. 17), accuracy spread over learning rates and seeds (Figs. 4 and 18),
 gradient norm and validation loss curves (Fig. 4), and beyond the paper, accuracy against
-trainable parameters with the Pareto front (:func:`plot_pareto`) and plasticity through pretraining
+trainable parameters with the Pareto front (:func:`pareto_figure`) and plasticity through pretraining
 (:func:`plot_during_training`). Drawn on matplotlib ``Figure``
 objects (no pyplot, no global backend state), coloured and labelled from
 :mod:`plasticity.components` (configurations beyond the paper by their kind), and written
@@ -28,9 +28,8 @@ from plasticity.runs.io import atomic_path
 if TYPE_CHECKING:
     from plasticity.measure import RunningStats
 
-__all__ = ["accuracy_figure", "pareto_figure", "place_labels", "plot_accuracy", "plot_bounds", "plot_curves",
-           "plot_depth", "plot_distribution", "plot_during_training", "plot_pareto", "plot_relative_gain",
-           "plot_spread", "save", "strategy_color"]
+__all__ = ["accuracy_figure", "pareto_figure", "place_labels", "plot_bounds", "plot_curves", "plot_depth",
+           "plot_distribution", "plot_during_training", "plot_relative_gain", "plot_spread", "save", "strategy_color"]
 
 BOUND_STYLES = {"prop1": "-", "prop2": "-", "prop3_rms": "-", "prop3_max": "--", "prop4": ":"}
 """Line style per bound (Prop. 3 at the largest token radius dashed, Prop. 4 dotted)."""
@@ -39,7 +38,7 @@ BOUND_STYLES = {"prop1": "-", "prop2": "-", "prop3_rms": "-", "prop3_max": "--",
 KIND_STYLES = {"group": ("o", "paper single group"), "full": ("P", "full finetuning"), "head": ("X", "SGD head"),
                "combination": ("s", "combination"), "lora": ("^", "LoRA"), "auto": ("*", "auto (plasticity-chosen)"),
                "probe": ("D", "linear probe (logistic regression)")}
-"""Strategy -> (marker, legend name) of :func:`plot_pareto`; another strategy gets ``v`` and its name."""
+"""Strategy -> (marker, legend name) of :func:`pareto_figure`; another strategy gets ``v`` and its name."""
 KIND_COLORS = {"combination": "tab:olive", "lora": "tab:pink", "auto": "goldenrod", "probe": "dimgray"}
 """Colour of a configuration beyond the paper, by its kind."""
 
@@ -50,8 +49,11 @@ def strategy_color(tag: str) -> str:
     return COLORS[tag] if tag in COLORS else KIND_COLORS.get(strategy_of(tag), "k")
 
 
-def save(fig: Figure, path: str | Path) -> bool:
-    """Writes the figure as PNG atomically (``bbox_inches="tight"`` keeps outside legends); True."""
+def save(fig: Figure | None, path: str | Path) -> bool:
+    """Writes the figure as PNG atomically (``bbox_inches="tight"`` keeps outside legends); True. None (a
+    figure with nothing to draw): nothing written, False."""
+    if fig is None:
+        return False
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
     return True
@@ -67,8 +69,7 @@ def plot_distribution(stats: "RunningStats", path: str | Path, title: str = "") 
     hist = stats.hist.cpu().numpy()
     edges = np.linspace(*HIST_RANGE, HIST_BINS + 1)
     centers = 0.5 * (edges[1:] + edges[:-1])
-    fig = Figure(figsize=(6, 3.5))
-    ax = fig.subplots()
+    ax = Figure(figsize=(6, 3.5)).subplots()
     for group in GROUPS:
         counts = hist[[i for i, (g, _) in enumerate(stats.keys) if g == group]].sum(axis=0)
         if counts.sum() == 0:
@@ -82,13 +83,12 @@ def plot_distribution(stats: "RunningStats", path: str | Path, title: str = "") 
     ax.set(xlabel="rate of change ||f(x) - f(y)|| / ||x - y||", ylabel="density (per decade)")
     ax.set_title(title, fontsize=9)
     ax.legend(frameon=False, fontsize=8)
-    save(fig, path)
+    save(ax.figure, path)
 
 
 def plot_depth(rows: list[dict], path: str | Path, title: str = "") -> None:
     """Mean plasticity per block against depth in percent, with the 95% CI of the mean."""
-    fig = Figure(figsize=(6, 3.5))
-    ax = fig.subplots()
+    ax = Figure(figsize=(6, 3.5)).subplots()
     for group in GROUPS:
         mine = sorted((r for r in rows if r["group"] == group), key=lambda r: r["block"])
         if not mine:
@@ -101,7 +101,7 @@ def plot_depth(rows: list[dict], path: str | Path, title: str = "") -> None:
     ax.set(xlabel="depth (%)", ylabel="plasticity P(f)")
     ax.set_title(title, fontsize=9)
     ax.legend(frameon=False, fontsize=8, ncol=5, loc="upper center", bbox_to_anchor=(0.5, -0.2))
-    save(fig, path)
+    save(ax.figure, path)
 
 
 def plot_bounds(rows: list[dict], path: str | Path) -> None:
@@ -112,8 +112,7 @@ def plot_bounds(rows: list[dict], path: str | Path) -> None:
         path: PNG file to write.
     """
     depth = max(row["block"] for row in rows) + 1
-    fig = Figure(figsize=(7.5, 4))
-    ax = fig.subplots()
+    ax = Figure(figsize=(7.5, 4)).subplots()
     for group, bound in dict.fromkeys((row["group"], row["bound"]) for row in rows):
         line = sorted((r["block"], r["value"]) for r in rows if (r["group"], r["bound"]) == (group, bound))
         ax.plot([100 * b / max(depth - 1, 1) for b, _ in line], [v for _, v in line],
@@ -122,18 +121,17 @@ def plot_bounds(rows: list[dict], path: str | Path) -> None:
     ax.set(yscale="log", xlabel="depth (%)", ylabel="upper bound on plasticity")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5))
-    save(fig, path)
+    save(ax.figure, path)
 
 
 # ------------------------------------------------------------------------------------ report
 
 
-def _bars(ylabel: str, n: int) -> tuple[Figure, object]:
-    fig = Figure(figsize=(4.5, 3) if n <= 7 else (0.6 * n + 1.5, 3))  # wider for many bars
-    ax = fig.add_subplot()
+def _bars(ylabel: str, n: int):
+    ax = Figure(figsize=(4.5, 3) if n <= 7 else (0.6 * n + 1.5, 3)).add_subplot()  # wider for many bars
     ax.set_ylabel(ylabel)
     ax.grid(True, axis="y", alpha=0.3)
-    return fig, ax
+    return ax
 
 
 def plot_relative_gain(gains: list[dict], path: str | Path) -> None:
@@ -145,35 +143,26 @@ def plot_relative_gain(gains: list[dict], path: str | Path) -> None:
     """
     avg = [g for g in gains if g["dataset"] == AVERAGE]
     labels = column_labels([g["group"] for g in avg] + [g["baseline"] for g in avg if g.get("baseline")])
-    fig, ax = _bars("relative gain over linear probing (%)", len(avg))
+    ax = _bars("relative gain over linear probing (%)", len(avg))
     ax.bar([labels[g["group"]] for g in avg], [g["gain_pct"] for g in avg],
            color=[strategy_color(g["group"]) for g in avg])
     ax.tick_params(axis="x", rotation=30)
     for tick in ax.get_xticklabels():
         tick.set_horizontalalignment("right")
-    save(fig, path)
-
-
-def plot_accuracy(rows: list[dict], path: str | Path) -> None:
-    """Average test accuracy per group with the pooled standard error (Fig. 17); see :func:`accuracy_figure`.
-
-    Args:
-        rows: :func:`plasticity.report.tables.table6` rows.
-        path: PNG file to write.
-    """
-    save(accuracy_figure(rows), path)
+    save(ax.figure, path)
 
 
 def accuracy_figure(rows: list[dict]) -> Figure:
-    """The figure of :func:`plot_accuracy`. A configuration averaged over fewer datasets than the
-    others (:func:`plasticity.report.tables.partial_averages`) is drawn hatched and pale, its label
-    saying over how many: its bar is not an average comparable with the others."""
+    """Average test accuracy per group of :func:`plasticity.report.tables.table6` ``rows`` with the pooled
+    standard error (Fig. 17). A configuration averaged over fewer datasets than the others
+    (:func:`plasticity.report.tables.partial_averages`) is drawn hatched and pale, its label saying over how
+    many: its bar is not an average comparable with the others."""
     avg = [r for r in rows if r["dataset"] == AVERAGE]
     labels = column_labels(r["group"] for r in avg)
     most, partial = partial_averages(rows)
     names = [labels[r["group"]] + (f"\n({partial[r['group']]} of {most} datasets)" if r["group"] in partial else "")
              for r in avg]
-    fig, ax = _bars("average top-1 test accuracy (%)", len(avg))
+    ax = _bars("average top-1 test accuracy (%)", len(avg))
     bars = ax.bar(names, [r["mean"] for r in avg], yerr=[pooled_se(rows, r["group"]) for r in avg], capsize=4,
                   color=[strategy_color(r["group"]) for r in avg])
     for bar, r in zip(bars, avg):
@@ -183,7 +172,7 @@ def accuracy_figure(rows: list[dict]) -> Figure:
         ax.set_title(f"hatched: averaged over fewer than the {most} datasets", fontsize=8)
     ax.set_ylim(max(0.0, min(r["mean"] for r in avg) - 5.0), None)
     ax.tick_params(axis="x", rotation=30)
-    return fig
+    return ax.figure
 
 
 def plot_spread(cells: Cells, path: str | Path) -> None:
@@ -239,31 +228,20 @@ def plot_curves(curves: list[dict], dataset: str, path: str | Path) -> bool:
     return any(ax.lines for ax in axes) and save(fig, path)
 
 
-def plot_pareto(points: list[dict], dataset: str, path: str | Path) -> bool:
+def pareto_figure(points: list[dict], dataset: str) -> Figure | None:
     """Test accuracy of each configuration against its trainable parameters (log scale), markers by
-    strategy kind (:data:`KIND_STYLES`), the Pareto front as a step line, every point labelled.
+    strategy kind (:data:`KIND_STYLES`), the Pareto front as a step line, every point labelled (labels
+    never overlap: :func:`place_labels`); None when no point has a positive parameter count.
 
     Args:
         points: :func:`plasticity.report.tables.strategies` rows of one dataset (``component``,
             ``strategy``, ``label``, ``trainable_params``, ``mean``, ``std``, ``pareto``).
         dataset: Named in the title.
-        path: PNG file to write.
-
-    Returns:
-        False, and nothing written, when no point has a positive parameter count.
     """
-    fig = pareto_figure(points, dataset)
-    return fig is not None and save(fig, path)
-
-
-def pareto_figure(points: list[dict], dataset: str) -> Figure | None:
-    """The figure of :func:`plot_pareto` (None when no point has a positive parameter count); its
-    labels never overlap (:func:`place_labels`)."""
     shown = [p for p in points if isinstance(p.get("trainable_params"), (int, float)) and p["trainable_params"] > 0]
     if not shown:
         return None
-    fig = Figure(figsize=(7, 4.2))
-    ax = fig.add_subplot()
+    ax = Figure(figsize=(7, 4.2)).add_subplot()
     for kind in dict.fromkeys(p["strategy"] for p in shown):
         marker, name = KIND_STYLES.get(kind, ("v", kind))
         mine = [p for p in shown if p["strategy"] == kind]
@@ -283,7 +261,7 @@ def pareto_figure(points: list[dict], dataset: str) -> Figure | None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     place_labels(ax, [((p["trainable_params"], p["mean"]), p["label"]) for p in shown])
-    return fig
+    return ax.figure
 
 
 LABEL_OFFSETS = tuple((r * dx, r * dy) for r in (1, 2, 3, 4, 6, 8, 11, 15)
@@ -314,14 +292,9 @@ def place_labels(ax, points: list[tuple[tuple[float, float], str]]) -> None:
             note.remove()
 
 
-def log_scale_fits(values: list[float], ratio: float = 10.0) -> bool:
-    """Whether a log y axis suits ``values``: all positive and spanning at least ``ratio``."""
-    return bool(values) and min(values) > 0 and max(values) / min(values) >= ratio
-
-
 def plot_during_training(panels: list[tuple[str, dict[int, dict[str, float]]]], path: str | Path) -> bool:
     """P(f) of each group (mean over blocks) against the training step, one curve per group in the
-    paper's colours, one panel per run; log y when the values span a decade.
+    paper's colours, one panel per run; log y when the values are positive and span a decade.
 
     Args:
         panels: (title, step -> group -> P(f)) per run (step 0: the random init).
@@ -344,7 +317,7 @@ def plot_during_training(panels: list[tuple[str, dict[int, dict[str, float]]]], 
                         label=label(group))
                 values += [v for _, v in points]
         ax.set(xlabel="pretraining step (0: random init)", ylabel="plasticity P(f), mean over blocks",
-               yscale="log" if log_scale_fits(values) else "linear")
+               yscale="log" if values and min(values) > 0 and max(values) / min(values) >= 10 else "linear")
         ax.set_title(title, fontsize=8)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)

@@ -117,21 +117,29 @@ def write_report(sweep_dir: str | Path, select: str = "val", out_dir: str | Path
             or holds no ``result.json`` (see :func:`check_sweep_dir`), or no finetuning run has
             ``optimizer``; nothing is written.
     """
-    _check(sweep_dir, select)
+    if select not in SELECT_KEYS:
+        raise ReportError(f"select={select!r} is not one of {', '.join(SELECT_KEYS)}. Fix: select=val (learning "
+                          f"rate by mean validation accuracy) or select=test (by mean test accuracy, the paper's).")
+    if problem := check_sweep_dir(sweep_dir):
+        raise ReportError(problem)
     sweep = collect(sweep_dir)
-    if optimizer is not None:
-        _keep_optimizer(sweep, optimizer)
+    if optimizer is not None:  # only its finetuning runs; a ReportError when none is left
+        found = sorted({str(r.get("optimizer")) for _, r in sweep.finetune})
+        sweep.finetune = [(d, r) for d, r in sweep.finetune if r.get("optimizer") == optimizer]
+        if not sweep.finetune:
+            raise ReportError(f"optimizer={optimizer!r}: no finetuning run under {sweep.root} used it (found: "
+                              f"{', '.join(found) or 'none'}). Fix: one of those, or no optimizer filter.")
     out = Path(out_dir) if out_dir is not None else sweep.root / report_folder(optimizer)
     problems = list(sweep.problems)
     runs = sweep.finetune + sweep.probe
     write_runs_csv(runs, out / "runs.csv")
     cells = done_cells(runs)
-    rows = table6(cells, select) if cells else []
     plasticity = analysis_plasticity(sweep.analysis, problems)
-    body = [_claims(cells, plasticity, out, problems, select)]
-    body += warnings_md(sweep.finetune) + shared_seeds_md(cells)
+    claims = claims_of(cells, plasticity, problems, select)
+    write_csv_atomic(out / "claims.csv", claims, CLAIM_COLUMNS)
+    body = [claims_md(claims)] + warnings_md(sweep.finetune) + shared_seeds_md(cells)
     if cells:
-        body += _write_results(cells, rows, plasticity, out, problems)
+        body += _write_results(cells, table6(cells, select), plasticity, out, problems)
     body += _pretraining(sweep, out, problems)
     body.append(problems_md(runs, missing_runs(runs), problems))
     done = sum(r.get("status") == "done" for _, r in runs)
@@ -140,31 +148,10 @@ def write_report(sweep_dir: str | Path, select: str = "val", out_dir: str | Path
     return ReportResult(out / "report.md", len(runs), done, problems)
 
 
-def _check(sweep_dir: str | Path | None, select: str) -> None:
-    if select not in SELECT_KEYS:
-        raise ReportError(f"select={select!r} is not one of {', '.join(SELECT_KEYS)}. Fix: select=val (learning "
-                          f"rate by mean validation accuracy) or select=test (by mean test accuracy, the paper's).")
-    problem = check_sweep_dir(sweep_dir)
-    if problem:
-        raise ReportError(problem)
-
-
-def _keep_optimizer(sweep: Sweep, optimizer: str) -> None:
-    """Drops the finetuning runs of other optimizers; a ReportError when none is left."""
-    found = sorted({str(r.get("optimizer")) for _, r in sweep.finetune})
-    sweep.finetune = [(d, r) for d, r in sweep.finetune if r.get("optimizer") == optimizer]
-    if not sweep.finetune:
-        raise ReportError(f"optimizer={optimizer!r}: no finetuning run under {sweep.root} used it (found: "
-                          f"{', '.join(found) or 'none'}). Fix: one of those, or no optimizer filter.")
-
-
 def write_runs_csv(runs: list[tuple[Path, dict]], path: Path) -> None:
     """Every record, flattened (``params.mha``), identity columns first."""
     flat = [{"run_dir": str(d), **flatten(r)} for d, r in runs]
-    columns = dict.fromkeys(IDENTITY_COLUMNS)
-    for row in flat:
-        columns.update(dict.fromkeys(row))
-    write_csv_atomic(path, flat, list(columns))
+    write_csv_atomic(path, flat, list(dict.fromkeys([*IDENTITY_COLUMNS, *(k for row in flat for k in row)])))
 
 
 def header_md(sweep: Sweep, done: int, select: str, problems: list[Problem], optimizer: str | None = None) -> str:
@@ -183,14 +170,11 @@ def header_md(sweep: Sweep, done: int, select: str, problems: list[Problem], opt
 
 def warnings_md(runs: list[tuple[Path, dict]]) -> list[str]:
     """A warning per identity field (model, optimizer) whose several values are pooled in the tables."""
-    sections = []
-    for key, what in (("model", "models"), ("optimizer", "optimizers")):
-        values = sorted({str(r.get(key)) for _, r in runs})
-        if len(values) > 1:
-            hint = (" Report one at a time: `python -m plasticity.report <sweep_dir> --optimizer NAME`."
-                    if key == "optimizer" else "")
-            sections.append(f"**Warning:** several {what} are pooled in these tables: {', '.join(values)}.{hint}\n")
-    return sections
+    hints = {"model": "",
+             "optimizer": " Report one at a time: `python -m plasticity.report <sweep_dir> --optimizer NAME`."}
+    values = {key: sorted({str(r.get(key)) for _, r in runs}) for key in hints}
+    return [f"**Warning:** several {key}s are pooled in these tables: {', '.join(values[key])}.{hint}\n"
+            for key, hint in hints.items() if len(values[key]) > 1]
 
 
 def shared_seeds_md(cells: Cells) -> list[str]:
@@ -226,14 +210,6 @@ def _csv_section(out: Path, name: str, rows: list[dict], columns: tuple[str, ...
         return []
     write_csv_atomic(out / name, rows, columns)
     return [heading + rows_md(rows, shown)]
-
-
-def _claims(cells: Cells, plasticity: dict[str, dict[str, float]], out: Path, problems: list[Problem],
-            select: str) -> str:
-    """Writes ``claims.csv``; returns the Claims section (:mod:`plasticity.report.claims`)."""
-    found = claims_of(cells, plasticity, problems, select)
-    write_csv_atomic(out / "claims.csv", found, CLAIM_COLUMNS)
-    return claims_md(found)
 
 
 def claims_of(cells: Cells, plasticity: dict[str, dict[str, float]], problems: list[Problem],
@@ -276,7 +252,8 @@ def _pretraining(sweep: Sweep, out: Path, problems: list[Problem]) -> list[str]:
         if curves:
             mine = ranking_rows(curves, str(run_dir))
             rows += mine
-            panels.append((f"{record['dataset']} / {record['model']}: {_short(run_dir, sweep.root)}", curves))
+            short = run_dir.relative_to(sweep.root) if run_dir.is_relative_to(sweep.root) else run_dir
+            panels.append((f"{record['dataset']} / {record['model']}: {short}", curves))
             lines.append(f"- {run_dir}: {sentence(mine)}.\n")
     if not rows:
         return [heading + f"{len(runs)} pretraining run(s), none with {DURING_TRAINING} (pretrain with "
@@ -289,11 +266,6 @@ def _pretraining(sweep: Sweep, out: Path, problems: list[Problem]) -> list[str]:
             "[pretraining_ranking.csv](pretraining_ranking.csv).\n\n" + "".join(lines) + "\n"
             + rows_md(rows, ["run", "step", "ranking", "kendall_tau", "kendall_distance", "matches_paper"])
             + "\n![plasticity during pretraining](plasticity_during_pretraining.png)\n"]
-
-
-def _short(run_dir: Path, root: Path) -> str:
-    """``run_dir`` relative to ``root`` when under it, else as it is."""
-    return str(run_dir.relative_to(root) if run_dir.is_relative_to(root) else run_dir)
 
 
 def _table6(rows: list[dict], out: Path) -> list[str]:
@@ -336,13 +308,13 @@ def _strategies(rows: list[dict], out: Path) -> list[str]:
                               "pareto"]))
     for dataset in sorted({p["dataset"] for p in points}):
         name = f"pareto_{dataset.replace('/', '-')}.png"
-        if figures.plot_pareto([p for p in points if p["dataset"] == dataset], dataset, out / name):
+        if figures.save(figures.pareto_figure([p for p in points if p["dataset"] == dataset], dataset), out / name):
             text += f"\n![{dataset}: accuracy against trainable parameters]({name})\n"
     return [text]
 
 
 def _figures(cells: Cells, rows: list[dict], out: Path, problems: list[Problem]) -> list[str]:
-    figures.plot_accuracy(rows, out / "accuracy.png")
+    figures.save(figures.accuracy_figure(rows), out / "accuracy.png")
     figures.plot_spread(cells, out / "spread.png")
     sections = ["## Figures\n\n![average accuracy](accuracy.png)\n\n![spread over lr and seeds](spread.png)\n"]
     for dataset in sorted({r["dataset"] for r in rows} - {AVERAGE}):
