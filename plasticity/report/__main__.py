@@ -14,8 +14,8 @@ from pathlib import Path
 from plasticity.report.writer import ReportError, write_report
 
 
-def parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m plasticity.report``."""
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command line; returns the exit status (0, or 2 for a bad ``sweep_dir``)."""
     p = argparse.ArgumentParser(prog="python -m plasticity.report", description=__doc__.splitlines()[0])
     p.add_argument("sweep_dir", type=Path)
     p.add_argument("--select", choices=("val", "test"), default="val",
@@ -26,12 +26,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--optimizer", default=None,
                    help="only the finetuning runs of this optimizer, e.g. adamw (the AdamW ablation shares the SGD "
                         "grid's folder); linear probes are kept")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Runs the command line; returns the exit status (0, or 2 for a bad ``sweep_dir``)."""
-    args = parser().parse_args(argv)
+    args = p.parse_args(argv)
     try:
         result = write_report(args.sweep_dir, args.select, args.out, optimizer=args.optimizer)
     except ReportError as err:

@@ -124,13 +124,10 @@ def _finetune_problem(record: dict) -> str | None:
             return f"{key}={record[key]!r} is not a number"
     if probe and record.get("lr") is not None and not _is_number(record["lr"]):
         return f"lr={record['lr']!r} is neither null nor a number"
-    if record["status"] == "done":
-        for key in ACCURACIES:
-            value = record.get(key)
-            if probe and key == "best_val_acc" and value is None:
-                continue
-            if not (_is_number(value) and 0.0 <= value <= 1.0):
-                return f"{key}={value!r} is not a number in [0, 1] (status done)"
+    for key in ACCURACIES if record["status"] == "done" else ():
+        value = record.get(key)
+        if not (_is_number(value) and 0.0 <= value <= 1.0) and not (probe and key == "best_val_acc" and value is None):
+            return f"{key}={value!r} is not a number in [0, 1] (status done)"
     return None
 
 

@@ -98,9 +98,8 @@ def _table6_cell(row: dict | None, partial: dict[str, int], most: int) -> str:
 def claims_md(rows: list[dict]) -> str:
     """The Claims section of report.md: the five verdicts, the rules, then every detail row
     (:func:`plasticity.report.claims.evaluate_claims` rows)."""
-    heads = [{**r, "verdict": verdict_text(r)} for r in rows if r["level"] == "claim"]
-    details = [{**r, "verdict": verdict_text(r)} for r in rows if r["level"] == "detail"]
-    notes = [r for r in rows if r["level"] == "note"]
+    heads, details, notes = ([{**r, "verdict": verdict_text(r)} for r in rows if r["level"] == level]
+                             for level in ("claim", "detail", "note"))
     text = (f"## Claims\n\nThe paper's claims tested on this sweep ([claims.csv](claims.csv)), alpha = {ALPHA}, "
             "two-sided: supported (significant in the claimed direction), contradicted (significant against it) or "
             "inconclusive (not significant: the reason says whether any test could decide, and the effect the design "
@@ -127,34 +126,19 @@ def not_done_md(runs: list[tuple[Path, dict]]) -> str:
                for d, r in runs if r.get("status") == INTERRUPTED]
     bad = [[str(r.get("status")), str(d), cell(r.get("error", ""))]
            for d, r in runs if r.get("status") not in ("done", INTERRUPTED)]
-    if not stopped and not bad:
-        return "None.\n"
-    text = ""
-    if stopped:
-        text += ("Interrupted (a relaunch of the same command resumes them from their last checkpoint):\n\n"
-                 + md_table(["status", "run_dir", "step", "error"], stopped)
-                 + ("\nFailed or diverged:\n\n" if bad else ""))
-    return text + (md_table(["status", "run_dir", "error"], bad) if bad else "")
-
-
-def missing_md(missing: list[dict]) -> str:
-    """A table of the cells with missing seeds ("None." when none)."""
-    if not missing:
-        return "None.\n"
-    rows = [{**m, "missing_seeds": ", ".join(map(str, m["missing_seeds"]))} for m in missing]
-    return rows_md(rows, ["dataset", "group", "lr", "n_seeds", "missing_seeds"])
-
-
-def bad_files_md(problems: list[tuple[str, str]]) -> str:
-    """A table of the files that could not be used, by path, with the reason ("None." when none)."""
-    if not problems:
-        return "None.\n"
-    return md_table(["path", "problem"], [[cell(path), cell(reason)] for path, reason in problems])
+    text = ("Interrupted (a relaunch of the same command resumes them from their last checkpoint):\n\n"
+            + md_table(["status", "run_dir", "step", "error"], stopped) + ("\nFailed or diverged:\n\n" if bad else "")
+            if stopped else "")
+    return (text + (md_table(["status", "run_dir", "error"], bad) if bad else "")) or "None.\n"
 
 
 def problems_md(runs: list[tuple[Path, dict]], missing: list[dict], problems: list[tuple[str, str]] = ()) -> str:
-    """The sections listing runs that are not done, cells with missing seeds, and files that could
-    not be used (each by path, with the reason; they enter no table)."""
+    """The sections listing runs that are not done, cells with missing seeds (a table of them), and files
+    that could not be used (each by path, with the reason; they enter no table); "None." for an empty one."""
+    missing = [{**m, "missing_seeds": ", ".join(map(str, m["missing_seeds"]))} for m in missing]
     return ("## Runs not done\n\n" + not_done_md(runs)
-            + "\n## Missing runs (cells with fewer done seeds than the sweep)\n\n" + missing_md(missing)
-            + f"\n{PROBLEMS_HEADING}\n\n" + bad_files_md(list(problems)))
+            + "\n## Missing runs (cells with fewer done seeds than the sweep)\n\n"
+            + (rows_md(missing, ["dataset", "group", "lr", "n_seeds", "missing_seeds"]) if missing else "None.\n")
+            + f"\n{PROBLEMS_HEADING}\n\n"
+            + (md_table(["path", "problem"], [[cell(path), cell(reason)] for path, reason in problems]) if problems
+               else "None.\n"))

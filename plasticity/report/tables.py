@@ -123,12 +123,6 @@ def median_params(records: Iterable[dict]) -> int | float | None:
     return int(median) if median.is_integer() else median
 
 
-def mean_std(values: list[float]) -> tuple[float, float]:
-    """Mean and sample std (ddof=1; 0 for a single value)."""
-    arr = np.asarray(values, dtype=float)
-    return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0
-
-
 def choose_lr(cells: Cells, dataset: str, group: str, select: str) -> float:
     """The learning rate with the best mean validation (``val``) or test (``test``) accuracy over
     seeds; ties go to the smallest rate."""
@@ -175,7 +169,7 @@ def table6(cells: Cells, select: str = "val") -> list[dict]:
     for dataset in sorted({d for d, _, _ in cells}):
         for group, best in best_per_component(cells, dataset, select).items():
             accs = [100.0 * r["test_acc"] for r in best["records"]]
-            mean, std = mean_std(accs)
+            mean, std = float(np.mean(accs)), float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0  # sample std
             mine = [r for (d, g, _), rs in cells.items() if (d, g) == (dataset, group) for r in rs]
             strategy = best["records"][0].get("strategy") or strategy_of(group)  # a record before `strategy`: its tag's
             rows.append({"dataset": dataset, "group": group, "strategy": strategy, "label": labels[group],

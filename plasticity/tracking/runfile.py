@@ -87,12 +87,8 @@ def read_run(path: str | Path) -> RunFile:
             run.artifacts.append(record.artifact.name)
         elif kind == "exit":
             run.exit_code = record.exit.exit_code
-    return _unwrap_config(run)
-
-
-def _unwrap_config(run: RunFile) -> RunFile:
-    """W&B stores each top-level config key as ``{"value": ..., "desc": ...}`` in some records;
-    the plain value is what users filter on."""
+    # W&B stores each top-level config key as {"value": ..., "desc": ...} in some records: the plain value is what
+    # users filter on
     run.config = {k: (v["value"] if isinstance(v, dict) and set(v) <= {"value", "desc"} and "value" in v else v)
                   for k, v in run.config.items() if k != "_wandb"}
     return run
