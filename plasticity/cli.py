@@ -19,11 +19,22 @@ from typing import Iterator
 
 __all__ = ["explain", "reporting_errors"]
 
-def overrides_of(argv: list[str]) -> list[str]:
-    """The overrides of a command line, as ``@hydra.main``'s own parser reads it (``--cfg job`` is a flag's value)."""
-    from hydra._internal.utils import get_args_parser
+# Hydra's flags whose next argument is their value, not an override.
+_FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                     "--config-dir", "-cd", "--experimental-rerun")
 
-    return get_args_parser().parse_known_intermixed_args(argv)[0].overrides
+
+def overrides_of(argv: list[str]) -> list[str]:
+    """The overrides of a command line."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _FLAGS_WITH_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            out.append(arg)
+    return out
 
 
 def first_values(overrides: list[str]) -> list[str]:
