@@ -58,15 +58,15 @@ class DeviceTransform(torch.nn.Module):
             images: ``uint8 (B, 1|3, H, W)``.
             sizes: Original ``(height, width)`` per image, ``int (B, 2)``, when the images were
                 stored squashed to ``H x W`` (prepared train sets): crop boxes are then drawn in
-                the original coordinates and mapped onto the stored pixels.
+                the original coordinates and mapped onto the stored pixels. None: each image is of its
+                own original size.
         """
         if images.dtype != torch.uint8 or images.ndim != 4 or images.shape[1] not in (1, 3):
             raise ValueError(f"expected uint8 (B, 1|3, H, W), got {images.dtype} {tuple(images.shape)}")
         x = images.float().div_(255.0)
-        if sizes is not None:
-            x = self._from_sizes(x, sizes.to(x.device).long())
-        else:
-            x = self._train(x) if self.train_mode else self._eval(x)
+        if sizes is None and self.train_mode:  # the images as they are: each of its own original size
+            sizes = torch.tensor(x.shape[-2:]).expand(len(x), 2)
+        x = self._eval(x) if sizes is None else self._from_sizes(x, sizes.to(x.device).long())
         x = x.expand(-1, 3, -1, -1)
         return (x - self.mean.to(x.device)) / self.std.to(x.device)
 
@@ -74,10 +74,6 @@ class DeviceTransform(torch.nn.Module):
         if x.shape[-2:] == (self.img_size, self.img_size):  # prepared eval images, JPEG-path batches
             return x
         return TF.center_crop(TF.resize(x, [self.img_size], antialias=True), [self.img_size, self.img_size])
-
-    def _train(self, x: torch.Tensor) -> torch.Tensor:
-        b, _, h, w = x.shape
-        return self._resample(x, *sample_crops(b, h, w, self.crop_scale, self.crop_ratio, device=x.device))
 
     def _resample(self, x: torch.Tensor, top, left, ch, cw) -> torch.Tensor:
         """Resize each image's box to ``img_size`` (antialiased bilinear), flipping in train mode."""
