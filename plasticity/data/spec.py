@@ -178,8 +178,8 @@ def load_splits(spec: DataSpec) -> Splits:
     splits = official_splits(spec.name, spec.data_dir, severity=spec.severity,
                              num_classes=None if spec.classes else spec.num_classes)
     subset = False  # whether the class subset is applied already
-    if spec.source.kind == "text":  # token ids, cached under the prepared root: whole splits, one cache whatever
-        corrupted = getattr(spec.source, "corruption", None) is not None  # the class subset or limit
+    if spec.source.kind == "text":  # token ids (cached: whole splits, one cache whatever the class subset or limit)
+        corrupted = getattr(spec.source, "corruption", None) is not None
         folder = token_cache_path(spec.prepared_root, spec.name, spec.severity if corrupted else None,
                                   splits.split_hash, spec.tokenizer, spec.max_length)
         splits = dataclasses.replace(splits, **tokenized(splits, folder, spec.tokenizer, spec.max_length))
