@@ -28,7 +28,7 @@ import torch.nn as nn
 
 from plasticity.text.hub import family_of_config
 
-__all__ = ["HFClassifier", "HFVisionTransformer", "processor_stats", "tiny_vision_config"]
+__all__ = ["HFClassifier", "HFVisionTransformer", "processor_stats"]
 
 
 class HFClassifier(nn.Module):
@@ -124,14 +124,3 @@ def processor_stats(folder: str | Path) -> tuple[list, list] | None:
         return None
     saved = json.loads(path.read_text())
     return (list(saved["image_mean"]), list(saved["image_std"])) if "image_mean" in saved else None
-
-
-def tiny_vision_config(model_type: str, **overrides):
-    """A small random-init ViT or Dinov2 config (tests): 2 layers, width 32, 4 heads, MLP 64, 16x16 images of
-    4x4 patches (17 tokens)."""
-    from transformers import AutoConfig
-
-    base = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, image_size=16, patch_size=4,
-                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    size = {"intermediate_size": 64} if model_type == "vit" else {"mlp_ratio": 2}  # Dinov2: hidden x mlp_ratio
-    return AutoConfig.for_model(model_type, **{**base, **size, **overrides})

@@ -16,7 +16,6 @@ import torch
 
 from plasticity.components import GROUPS, classify, freeze, group_counts, select
 from plasticity.errors import WeightsError
-from plasticity.hfvision import tiny_vision_config
 from plasticity.measure import measure, with_bos
 from plasticity.models import create_model
 from plasticity.text.models import create_hf_model, tiny_config
@@ -29,8 +28,7 @@ HEAD = D * 3 + 3
 
 def tiny(family: str, **overrides) -> torch.nn.Module:
     torch.manual_seed(0)
-    config = tiny_vision_config(family) if family in ("vit", "dinov2") else tiny_config(family, **overrides)
-    return create_hf_model(None, 3, pretrained=False, config=config).eval()
+    return create_hf_model(None, 3, pretrained=False, config=tiny_config(family, **overrides)).eval()
 
 
 def inputs(family: str, n: int = 6) -> torch.Tensor:

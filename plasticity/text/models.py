@@ -271,17 +271,20 @@ def load_weights(model: nn.Module, state: dict, weights_file: str | None = None)
 
 
 def tiny_config(family: str, **overrides):
-    """A small random-init config (tests, benchmarks): 2 layers, width 32, 4 heads; ``family`` a text
-    ``model_type`` (``bert``, ``llama``, ``qwen2``, ``mistral``: decoders with 2 key-value heads, BOS id 1)."""
+    """A small random-init config (tests, benchmarks): 2 layers, width 32, 4 heads; ``family`` a ``model_type``:
+    text (``bert``; ``llama``, ``qwen2``, ``mistral``: decoders with 2 key-value heads, BOS id 1), MLP 64, a
+    120-token vocabulary; or images (``vit``, MLP 64; ``dinov2``, MLP 64 as hidden x mlp_ratio), 16x16 images of
+    4x4 patches (17 tokens)."""
     from transformers import AutoConfig
 
-    base = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                max_position_embeddings=64, pad_token_id=0)
-    if family == "bert":
-        return AutoConfig.for_model("bert", **{**base, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
-                                               **overrides})
-    return AutoConfig.for_model(family, **{**base, "num_key_value_heads": 2, "tie_word_embeddings": False,
-                                           "bos_token_id": 1, **overrides})
+    base = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    text = dict(vocab_size=120, intermediate_size=64, max_position_embeddings=64, pad_token_id=0)
+    images = dict(image_size=16, patch_size=4, **dropout)
+    layouts = {"bert": {**text, **dropout}, "vit": {**images, "intermediate_size": 64},
+               "dinov2": {**images, "mlp_ratio": 2},
+               "decoder": {**text, "num_key_value_heads": 2, "tie_word_embeddings": False, "bos_token_id": 1}}
+    return AutoConfig.for_model(family, **{**base, **layouts.get(family, layouts["decoder"]), **overrides})
 
 
 def check_text_model(name: str) -> None:
