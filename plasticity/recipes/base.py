@@ -33,6 +33,8 @@ class RecipeBase:
     always_run: ClassVar[bool] = False
     trains: ClassVar[bool] = False
     """Whether it reads the dataset's train split (checked to have one)."""
+    checks: ClassVar[tuple[str, ...]] = ()
+    """The ``task`` keys its :meth:`validate` checks too: ``reference`` (a second dataset), ``device``."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, resume: str | None = None) -> None:
         self.cfg = cfg
@@ -47,13 +49,13 @@ class RecipeBase:
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
         """Adds the problems between keys and of what they name (each key's own: :mod:`plasticity.schema`):
-        the model, the dataset (and ``task.reference``) and ``task.device``, where the task has them."""
+        the model, the dataset and the task keys of :attr:`checks`."""
         check_model(cfg, p)
         check_dataset(cfg, p, cfg.dataset.name, trains=cls.trains)
-        if "reference" in cfg.task:
+        if "reference" in cls.checks:
             check_dataset(cfg, p, cfg.task.reference, key="task.reference")
         check_dataset_values(cfg.dataset, p)
-        if "device" in cfg.task and not p.names("task.device"):
+        if "device" in cls.checks and not p.names("task.device"):
             check_device(cfg.task.device, p, local)
 
     @classmethod
@@ -76,6 +78,8 @@ class RecipeBase:
 class AnalysisRecipe(RecipeBase):
     """Shared by ``task=plasticity`` and ``task=bounds``: pairs (reference test image, downstream
     test image) streamed through the pretrained model on its device."""
+
+    checks = ("reference", "device")
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:

@@ -49,6 +49,7 @@ class LinearProbe(RecipeBase):
 
     name = "linear_probe"
     trains = True
+    checks = ("device",)
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:

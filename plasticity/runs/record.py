@@ -56,9 +56,7 @@ def protocol(cfg: DictConfig | dict, sections: tuple[str, ...] | None = None) ->
     """
     keys = [k for k in cfg.keys() if (sections is None or k in sections) and k not in NOT_PROTOCOL]
     flat = flatten({k: _resolved(cfg, k) for k in keys})
-    for key in NOT_PROTOCOL_SUBKEYS:
-        flat.pop(key, None)
-    return flat
+    return {k: v for k, v in flat.items() if k not in NOT_PROTOCOL_SUBKEYS}
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
