@@ -42,7 +42,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from scipy import stats as scipy_stats
 
-from plasticity.components import GROUPS, SITES, Site, family_of, site_module
+from plasticity.components import GROUPS, SITES, family_of, site_module
 
 if TYPE_CHECKING:
     from plasticity.data import Splits
