@@ -257,25 +257,27 @@ def claim_c1(inputs: ClaimInputs) -> list[dict]:
     if len(groups) < MIN_GROUPS:
         return untestable("C1", what, f"fewer than {MIN_GROUPS} groups with P(f) on every target")
     mean = {g: float(np.mean([p[g] for p in targets.values()])) for g in groups}
-    tau, p, n = kendall_vs_paper(mean)
     draws = np.random.default_rng(0).integers(0, len(targets), (1000, len(targets)))
     values = list(targets.values())
     boot = [kendall_vs_paper({g: np.mean([values[i][g] for i in d]) for g in groups})[0] for d in draws]
     ci = tuple(np.nanpercentile(boot, [2.5, 97.5])) if len(targets) > 1 else (NAN, NAN)
-    need = decidable(n)
-    verdict = (SUPPORTED if tau > 0 else CONTRADICTED) if p < ALPHA else INCONCLUSIVE
-    reason = "" if p < ALPHA else (f"one ranking of {n} groups: only |tau| >= {need:.2g} reaches p < {ALPHA} (exact "
-                                   f"permutation over {math.factorial(n)} orderings)")
     statistic = f"{what} over n groups (measured: {ranking_text(mean)}); CI: bootstrap over {len(targets)} targets"
-    head = row("C1", statistic, tau, p, n, verdict, "claim", POOLED, reason, ci, need)
-    details = []
-    for target, values in targets.items():
-        t_tau, t_p, t_n = kendall_vs_paper(values)
-        t_verdict = (SUPPORTED if t_tau > 0 else CONTRADICTED) if t_p < ALPHA else INCONCLUSIVE
-        details.append(row("C1", f"{what.replace(' (mean over targets)', '')} on this target (P(f) from "
-                                 f"{inputs.sources.get(target, '?')}; measured: {ranking_text(values)})",
-                           t_tau, t_p, t_n, t_verdict, target=target, mde=decidable(t_n)))
-    return [head] + details
+    head = _ranking_row(mean, statistic, level="claim", target=POOLED, ci=ci)
+    if head["verdict"] == INCONCLUSIVE:
+        n = head["n"]
+        head["reason"] = (f"one ranking of {n} groups: only |tau| >= {decidable(n):.2g} reaches p < {ALPHA} (exact "
+                          f"permutation over {math.factorial(n)} orderings)")
+    return [head] + [_ranking_row(p, f"{what.replace(' (mean over targets)', '')} on this target (P(f) from "
+                                     f"{inputs.sources.get(t, '?')}; measured: {ranking_text(p)})", target=t)
+                     for t, p in targets.items()]
+
+
+def _ranking_row(values: dict[str, float], statistic: str, **kwargs) -> dict:
+    """A C1 row of one ranking: Kendall tau-b against the paper's, its exact permutation p, its verdict and
+    ``mde``, the smallest |tau| that can reach p < alpha (:func:`decidable`)."""
+    tau, p, n = kendall_vs_paper(values)
+    verdict = (SUPPORTED if tau > 0 else CONTRADICTED) if p < ALPHA else INCONCLUSIVE
+    return row("C1", statistic, tau, p, n, verdict, mde=decidable(n), **kwargs)
 
 
 def claim_c2(inputs: ClaimInputs) -> list[dict]:
@@ -391,8 +393,7 @@ def screen(cells: Cells) -> tuple[Cells, list[tuple[str, str]]]:
     """The cells the claims compare, and why others are left out: per target, the learning rates every
     one of its groups ran (one grid), without a target where every group stays at the majority class;
     a group's chosen-grid edge is noted where the report picks it (:func:`edge_notes`)."""
-    notes: list[tuple[str, str]] = []
-    kept: Cells = {}
+    notes, kept = [], {}
     for target in sorted({t for t, _, _ in cells}):
         mine = {k: v for k, v in cells.items() if k[0] == target}
         groups = {g for _, g, _ in mine if g in GROUPS}
@@ -402,8 +403,7 @@ def screen(cells: Cells) -> tuple[Cells, list[tuple[str, str]]]:
         if dropped:
             notes.append((target, f"learning rates {', '.join(map(str, dropped))} not run by every group: left out "
                                   f"(one grid for every group: {', '.join(map(str, sorted(common, key=str)))})"))
-        stuck = _stuck(mine, groups)
-        if stuck:
+        if stuck := _stuck(mine, groups):
             notes.append((target, stuck))
             continue
         kept.update({k: v for k, v in mine.items() if k[1] not in GROUPS or k[2] in common})
