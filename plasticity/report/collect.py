@@ -18,7 +18,7 @@ import numpy as np
 
 from plasticity.components import GROUPS, probe_tag
 from plasticity.report.tables import block_means
-from plasticity.runs.checkpoints import DURING_TRAINING, metrics_files
+from plasticity.runs.checkpoints import metrics_files
 from plasticity.runs.io import read_record  # re-exported: the report's reader of a record
 from plasticity.runs.record import RESULT_FILE, visible_files
 
@@ -179,20 +179,14 @@ def _read(sweep: Sweep, root: Path, tasks: tuple[str, ...]) -> None:
              PRETRAIN_TASK: sweep.pretrain}
     for path in sorted(visible_files(root, RESULT_FILE)):
         record, problem = read_record(path)
-        problem = problem or record_problem(record)
-        if problem:
+        if problem := problem or record_problem(record):
             sweep.problems.append((str(path), problem))
         elif record["task"] in tasks:
-            lists[record["task"]].append((path.parent, probe_config(record)))
-
-
-def probe_config(record: dict) -> dict:
-    """A linear probe's record with its configuration from its features and pool
-    (:func:`plasticity.components.probe_tag`; records written before the tag held them say ``probe``
-    whatever their features); any other record as it is."""
-    if record["task"] != PROBE_TASK or "features" not in record:
-        return record
-    return {**record, "component": probe_tag(record["features"], record.get("pool"))}
+            # a linear probe's configuration from its features and pool (:func:`plasticity.components.probe_tag`;
+            # records written before the tag held them say ``probe`` whatever their features)
+            if record["task"] == PROBE_TASK and "features" in record:
+                record = {**record, "component": probe_tag(record["features"], record.get("pool"))}
+            lists[record["task"]].append((path.parent, record))
 
 
 def _number(text: str, column: str, line: int) -> float:

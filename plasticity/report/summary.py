@@ -62,15 +62,6 @@ def ranks(values: dict[str, float]) -> dict[str, int]:
     return {g: i + 1 for i, g in enumerate(sorted(values, key=lambda g: -values[g]))}
 
 
-def best_runs(root: Path, dataset: str, model: str, problems: list[Problem]) -> dict[str, dict]:
-    """Per component, the report's best-run summary of ``<root>/finetune/<dataset>/<model>`` (with the
-    linear probes of ``<root>/linear_probe/<dataset>/<model>``)."""
-    sweep = collect(root / "finetune" / dataset / model)
-    problems.extend(sweep.problems)
-    runs = [(d, r) for d, r in sweep.finetune + sweep.probe if r["dataset"] == dataset]
-    return best_per_component(done_cells(runs), dataset, "val")
-
-
 def targets(root: Path, dataset: str | None = None, model: str | None = None) -> list[tuple[str, str]]:
     """Every (dataset, model) with finetuning or linear-probe records under ``<root>/finetune`` (and the
     probes beside it), sorted, keeping only ``dataset`` and ``model`` when given."""
@@ -94,7 +85,10 @@ def summary_table(root: Path, dataset: str, model: str, problems: list[Problem] 
     """
     problems = [] if problems is None else problems
     root = Path(root)
-    best = best_runs(root, dataset, model, problems)
+    sweep = collect(root / "finetune" / dataset / model)  # with the probes of <root>/linear_probe/<dataset>/<model>
+    problems.extend(sweep.problems)
+    runs = [(d, r) for d, r in sweep.finetune + sweep.probe if r["dataset"] == dataset]
+    best = best_per_component(done_cells(runs), dataset, "val")  # per component, the report's best-run summary
     plasticity = group_means(latest(root / "plasticity" / dataset / model, "plasticity.csv"), "mean", problems=problems)
     bounds = group_means(latest(root / "bounds" / dataset / model, "bounds.csv"), "value",
                          lambda row: row["bound"] == BOUND_OF.get(row["group"]), problems)

@@ -132,7 +132,8 @@ def write_report(sweep_dir: str | Path, select: str = "val", out_dir: str | Path
     out = Path(out_dir) if out_dir is not None else sweep.root / report_folder(optimizer)
     problems = list(sweep.problems)
     runs = sweep.finetune + sweep.probe
-    write_runs_csv(runs, out / "runs.csv")
+    flat = [{"run_dir": str(d), **flatten(r)} for d, r in runs]  # runs.csv: every record, identity columns first
+    write_csv_atomic(out / "runs.csv", flat, dict.fromkeys([*IDENTITY_COLUMNS, *(k for row in flat for k in row)]))
     cells = done_cells(runs)
     plasticity = analysis_plasticity(sweep.analysis, problems)
     claims = claims_of(cells, plasticity, problems, select)
@@ -146,12 +147,6 @@ def write_report(sweep_dir: str | Path, select: str = "val", out_dir: str | Path
     # last and atomically: report.md appears once every file it links to is written
     write_text_atomic(out / "report.md", "\n".join([header_md(sweep, done, select, problems, optimizer)] + body))
     return ReportResult(out / "report.md", len(runs), done, problems)
-
-
-def write_runs_csv(runs: list[tuple[Path, dict]], path: Path) -> None:
-    """Every record, flattened (``params.mha``), identity columns first."""
-    flat = [{"run_dir": str(d), **flatten(r)} for d, r in runs]
-    write_csv_atomic(path, flat, list(dict.fromkeys([*IDENTITY_COLUMNS, *(k for row in flat for k in row)])))
 
 
 def header_md(sweep: Sweep, done: int, select: str, problems: list[Problem], optimizer: str | None = None) -> str:
