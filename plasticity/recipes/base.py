@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["AnalysisRecipe", "RecipeBase"]
+__all__ = ["AnalysisRecipe", "RecipeBase", "SweepRecipe"]
 
 
 class RecipeBase:
@@ -73,6 +73,18 @@ class RecipeBase:
         model = self.cfg.model
         return create_model(model.name, num_classes, pretrained=model.pretrained, weights_file=model.weights_file,
                             **model.kwargs)
+
+
+class SweepRecipe(RecipeBase):
+    """Shared by ``task=report`` and ``task=dashboard``: read the runs under ``sweep_dir``, rebuilt at every
+    launch (from the current records, code and filters), named by their task alone."""
+
+    sections = ("task", "sweep_dir")
+    always_run = True
+
+    @classmethod
+    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
+        return {"task": cls.name}
 
 
 class AnalysisRecipe(RecipeBase):

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 from omegaconf import DictConfig
 
 from plasticity.recipes import register
-from plasticity.recipes.base import RecipeBase
+from plasticity.recipes.base import SweepRecipe
 from plasticity.validate import Problems
 
 log = logging.getLogger(__name__)
@@ -49,12 +49,10 @@ def only_value(root: Path, field: str) -> str | None:
 
 
 @register
-class Dashboard(RecipeBase):
+class Dashboard(SweepRecipe):
     """Recipe of ``task=dashboard``: builds the workspace, saves it online or writes it to push later."""
 
     name = "dashboard"
-    sections = ("task", "sweep_dir")
-    always_run = True  # rebuilt at every launch from the current code and filters
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
@@ -68,10 +66,6 @@ class Dashboard(RecipeBase):
             p.add("task.online=true but there is no W&B API key (WANDB_API_KEY unset, no netrc entry). "
                   "Fix: wandb login (or export WANDB_API_KEY=<key>), or task.online=auto to write "
                   "workspace.json and push it later.")
-
-    @classmethod
-    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
-        return {"task": cls.name}
 
     def run(self) -> dict[str, Any]:
         from plasticity.runs.io import write_text_atomic

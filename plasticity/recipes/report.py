@@ -9,7 +9,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from plasticity.recipes import register
-from plasticity.recipes.base import RecipeBase
+from plasticity.recipes.base import SweepRecipe
 from plasticity.tracking import wandb_enabled
 from plasticity.validate import Problems
 
@@ -17,23 +17,17 @@ log = logging.getLogger(__name__)
 
 
 @register
-class Report(RecipeBase):
+class Report(SweepRecipe):
     """Recipe of ``task=report``: reads every record under ``sweep_dir``, writes ``<sweep_dir>/report/``
     (``report_<optimizer>/`` with ``task.optimizer``: :func:`plasticity.report.writer.report_folder`)."""
 
     name = "report"
-    sections = ("task", "sweep_dir")
-    always_run = True  # a report is always rebuilt from the current records
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
         from plasticity.report import check_sweep_dir
 
         p.require(not (problem := check_sweep_dir(cfg.sweep_dir)), problem)
-
-    @classmethod
-    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
-        return {"task": cls.name}
 
     def run(self) -> dict[str, Any]:
         from plasticity.report import write_report
