@@ -59,8 +59,9 @@ class RecipeBase:
             check_device(cfg.task.device, p, local)
 
     @classmethod
-    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
-        return {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name, "seed": cfg.seed}
+    def identity(cls, cfg: DictConfig, **fields: Any) -> dict[str, Any]:
+        """The fields that name the run in its record (``fields``: a recipe's own, before the seed)."""
+        return {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name, **fields, "seed": cfg.seed}
 
     def run(self) -> dict[str, Any]:  # pragma: no cover - every recipe overrides it
         raise NotImplementedError

@@ -71,9 +71,9 @@ class Finetune(RecipeBase):
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
         lr = cfg.optimizer.get("lr")
         # identity() also names a job that validation rejects: an optimizer without _target_ reads "?".
-        return {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name,
-                "component": tag_of(cfg), "optimizer": optimizer_name(cfg.optimizer.get("_target_", "?")),
-                "lr": float(lr) if isinstance(lr, (int, float)) else lr, "seed": cfg.seed}
+        return super().identity(cfg, component=tag_of(cfg),
+                                optimizer=optimizer_name(cfg.optimizer.get("_target_", "?")),
+                                lr=float(lr) if isinstance(lr, (int, float)) else lr)
 
     trainer: "L.Trainer | None" = None
     """The Lightning trainer once built (what :meth:`progress` reads)."""

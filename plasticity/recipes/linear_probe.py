@@ -65,9 +65,7 @@ class LinearProbe(RecipeBase):
         from plasticity.components import probe_tag
 
         # the features are the configuration: a probe on other features is another column of the report
-        return {"task": cls.name, "dataset": cfg.dataset.name, "model": cfg.model.name,
-                "component": probe_tag(cfg.task.features, cfg.task.pool), "optimizer": "lbfgs", "lr": None,
-                "seed": cfg.seed}
+        return super().identity(cfg, component=probe_tag(cfg.task.features, cfg.task.pool), optimizer="lbfgs", lr=None)
 
     # ------------------------------------------------------------------------------- setup
 
