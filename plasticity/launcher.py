@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Sequence
+from typing import Any
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log, run_job, setup_globals
 

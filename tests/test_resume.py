@@ -420,3 +420,32 @@ def test_jpeg_crops_do_not_depend_on_workers_or_on_a_resume(tmp_path):
     head, state = batches(2, stop=2)
     tail, _ = batches(0, resume=state)
     assert all(torch.equal(a, b) for a, b in zip(whole, head + tail, strict=True))
+
+
+def test_a_moved_run_folder_keeps_its_checkpoints_state(tmp_path):
+    from plasticity.runs.checkpoints import best_and_last
+
+    old, new = tmp_path / "old" / "run", tmp_path / "new" / "run"
+    best, _ = best_and_last(old)
+    best.best_model_score, best.best_model_path = torch.tensor(0.75), str(old / "checkpoints" / "best.ckpt")
+    best.best_k_models, best.kth_best_model_path = {best.best_model_path: best.best_model_score}, best.best_model_path
+    state = best.state_dict()
+    moved, _ = best_and_last(new)
+    moved.load_state_dict(state)  # Lightning's own keeps only best_model_path when dirpath changed
+    assert moved.best_model_score == torch.tensor(0.75) and moved.dirpath == str(new / "checkpoints")
+    assert moved.best_model_path == moved.kth_best_model_path == str(new / "checkpoints" / "best.ckpt")
+    assert moved.best_k_models == {str(new / "checkpoints" / "best.ckpt"): torch.tensor(0.75)}
+
+
+@pytest.mark.slow
+def test_a_run_folder_moved_between_launches_resumes_to_the_uninterrupted_result(tmp_path, data_dir, whole):
+    cut = launch(tmp_path, data_dir, *fault("KILL", "checkpoint", 15), output=tmp_path / "first")
+    assert cut.returncode == -9
+    (tmp_path / "first").rename(tmp_path / "moved")  # the outputs renamed: the checkpoints name the old folder
+    resumed = launch(tmp_path, data_dir, output=tmp_path / "moved")
+    out = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, out[-3000:]
+    run = run_dir(tmp_path / "moved")
+    assert f"resuming an interrupted run from step 15 of 20 ({run / 'checkpoints' / 'last.ckpt'})" in out
+    assert "dirpath has changed" not in out
+    assert_same_run(whole, run)

@@ -15,12 +15,30 @@ from typing import Any
 
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.plugins.io import AsyncCheckpointIO
 from lightning_utilities.core.apply_func import apply_to_collection
 
 from plasticity.runs.io import atomic_path
 
-__all__ = ["AtomicCheckpointIO", "BackgroundCheckpointIO", "save_atomic"]
+__all__ = ["AtomicCheckpointIO", "BackgroundCheckpointIO", "RunCheckpoint", "save_atomic"]
+
+
+class RunCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` whose state follows its run folder when that moved (the outputs
+    renamed, another mount): Lightning's own keeps none of it on a changed ``dirpath`` but the best path,
+    and a resumed run would then end without its best score."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old = state_dict.get("dirpath", self.dirpath)
+        if old != self.dirpath:  # the same files, under the run folder's new place
+            def here(path):
+                return os.path.join(self.dirpath, os.path.relpath(path, old)) if path else path
+            paths = ("best_model_path", "kth_best_model_path", "last_model_path")
+            state_dict = {**state_dict, "dirpath": self.dirpath,
+                          **{k: here(state_dict[k]) for k in paths if k in state_dict},
+                          "best_k_models": {here(k): v for k, v in state_dict.get("best_k_models", {}).items()}}
+        super().load_state_dict(state_dict)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

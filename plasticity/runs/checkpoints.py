@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from plasticity.runs.io import atomic_path
 
 if TYPE_CHECKING:
-    from lightning.pytorch.callbacks import ModelCheckpoint
+    from plasticity.runs.checkpoint_io import RunCheckpoint
 
 __all__ = ["BEST_CHECKPOINT", "CHECKPOINT_DIR", "CONFIG_HASH_KEY", "DURING_TRAINING",
            "LAST_CHECKPOINT", "METRICS_FILE", "METRICS_PARTS", "WEIGHTS_FILE", "best_and_last", "check_checkpoint",
@@ -45,7 +45,7 @@ per (step, group) with ``block=all`` (the mean over blocks); step 0 of a pretrai
 random init."""
 
 
-def best_and_last(run_dir: str | Path) -> tuple["ModelCheckpoint", "ModelCheckpoint"]:
+def best_and_last(run_dir: str | Path) -> tuple["RunCheckpoint", "RunCheckpoint"]:
     """The two checkpoint callbacks of a training run: ``best.ckpt`` (the best ``val/acc``) and
     ``last.ckpt`` (every validation).
 
@@ -56,13 +56,13 @@ def best_and_last(run_dir: str | Path) -> tuple["ModelCheckpoint", "ModelCheckpo
     validation, the only time ``val/acc`` changes; best comes first, so ``last.ckpt`` holds its
     updated state.
     """
-    from lightning.pytorch.callbacks import ModelCheckpoint
+    from plasticity.runs.checkpoint_io import RunCheckpoint
 
     common = dict(dirpath=Path(run_dir) / CHECKPOINT_DIR, save_top_k=1, enable_version_counter=False,
                   auto_insert_metric_name=False)
-    best = ModelCheckpoint(filename=BEST_CHECKPOINT.removesuffix(".ckpt"), monitor="val/acc", mode="max", **common)
+    best = RunCheckpoint(filename=BEST_CHECKPOINT.removesuffix(".ckpt"), monitor="val/acc", mode="max", **common)
     # monitor=None: saved at every validation end, the one file replaced each time.
-    last = ModelCheckpoint(filename=LAST_CHECKPOINT.removesuffix(".ckpt"), monitor=None, **common)
+    last = RunCheckpoint(filename=LAST_CHECKPOINT.removesuffix(".ckpt"), monitor=None, **common)
     return best, last
 
 
