@@ -2,6 +2,7 @@
 (``CI`` set: ``.ci/run``) a skipped test fails the session, elsewhere one line says what was not checked."""
 
 import os
+import signal
 import subprocess
 import tempfile
 from collections import Counter
@@ -18,6 +19,9 @@ import plasticity  # noqa: E402,F401  (registers vit_micro_patch7_28)
 from tests.slurm_cluster import slurm_cluster  # noqa: E402,F401  (the session's one-node SLURM, tests/slurm_cluster.py)
 
 torch.set_num_threads(1)
+# A shell's background job (`make test &`) starts with Ctrl-C ignored, and its launches would inherit that:
+# CPython's own handler, so the Ctrl-C tests' launches get SIGINT as a terminal's Ctrl-C delivers it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # The longest files, longest first (measured: make test on the 2-core machine). ``make test`` runs each
