@@ -1,5 +1,6 @@
 """Beyond one group: combinations, block subsets, per-group learning rates and ``component=auto``."""
 
+import csv
 import functools
 import math
 
@@ -107,10 +108,10 @@ class GroupNorms(L.Callback):
 def test_combination_logs_each_groups_gradient_norm(micro_vit, tmp_path):
     sel = select(micro_vit, "mha+fc1", blocks=[0])
     hand = GroupNorms()
-    csv = L.pytorch.loggers.CSVLogger(tmp_path, name="", version="")
-    trainer(callbacks=[hand], logger=csv, max_steps=1).fit(module_for(micro_vit, sel), train_dataloaders=loader())
-    header, row = [line.split(",") for line in (tmp_path / "metrics.csv").read_text().splitlines()]
-    logged = {k: v for k, v in zip(header, row) if v}
+    logger = L.pytorch.loggers.CSVLogger(tmp_path, name="", version="")
+    trainer(callbacks=[hand], logger=logger, max_steps=1).fit(module_for(micro_vit, sel), train_dataloaders=loader())
+    with open(tmp_path / "metrics.csv", newline="") as f:
+        [logged] = [{k: v for k, v in row.items() if v} for row in csv.DictReader(f)]
     assert set(hand.norms) == {"grad_norm/mha", "grad_norm/fc1", "grad_norm/mha/block_0", "grad_norm/fc1/block_0"}
     for key, value in hand.norms.items():
         assert float(logged[key]) == pytest.approx(value, rel=1e-5), key
