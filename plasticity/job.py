@@ -274,6 +274,8 @@ def run_recipe_and_record(cfg: DictConfig, recipe, run_dir: Path, identity: dict
     record.update(wall_s=round(time.perf_counter() - started, 2), config_hash=chash)
     finish_wandb(record, cfg)
     write_record(run_dir, record)
+    if record["status"] == "done":
+        job.delete_checkpoints()  # after the record: a finished run is never left without one
     console().print(run_line(record), highlight=False)
     if stop is not None:
         raise stop if isinstance(stop, SystemExit) else SystemExit(stop.exit_code)

@@ -213,6 +213,7 @@ class Pretrain:
     batch_size: int = rule(gt=0)
     micro_batch_size: int = rule(gt=0)
     eval_batch_size: int = rule(gt=0)
+    keep_checkpoints: bool
 
 
 @dataclass

@@ -66,6 +66,18 @@ def test_single_run_writes_the_record_contract(tmp_path, data_dir):
         assert key in header
 
 
+def test_a_run_without_kept_checkpoints_deletes_them_after_its_record_and_is_skipped(tmp_path, data_dir):
+    proc = launch(tmp_path, data_dir, "component=ln2", "task.keep_checkpoints=false")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    path = run_dir(tmp_path, "ln2")
+    rec = result(path)
+    assert rec["status"] == "done" and rec["best_checkpoint"] is None and 0.0 <= rec["test_acc"] <= 1.0
+    assert not (path / "checkpoints").exists() and (path / "metrics.csv").is_file()
+    again = launch(tmp_path, data_dir, "component=ln2")  # the key keeps or drops weights, not the run: finished
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert result(path) == rec and "Trainer.fit" not in again.stderr + again.stdout
+
+
 @pytest.mark.slow
 def test_multirun_grid_then_relaunch_skips_everything(tmp_path, data_dir):
     proc = launch(tmp_path, data_dir, "component=ln1,fc1", "optimizer.lr=0.01,0.1", multirun=True)

@@ -66,6 +66,9 @@ class RecipeBase:
     def run(self) -> dict[str, Any]:  # pragma: no cover - every recipe overrides it
         raise NotImplementedError
 
+    def delete_checkpoints(self) -> None:
+        """Called once a finished run's record is written: what a recipe keeps only to resume goes."""
+
     def create_net(self, num_classes: int) -> "torch.nn.Module":
         """The configured model (``model``: timm name, pretrained weights or file, architecture
         arguments) with a new ``num_classes`` head."""

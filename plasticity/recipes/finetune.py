@@ -20,6 +20,7 @@ metrics the interrupted part logged stay in ``metrics.part<k>.csv`` (the CSV log
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -123,8 +124,15 @@ class Finetune(RecipeBase):
                 "best_step": int(checkpoint_step(best)), "steps": int(trainer.global_step),
                 "trainable_params": selection.counts["group"], "params": selection.counts,
                 "split_hash": datamodule.split_hash, **recorded_classes(cfg.dataset.name), "train_s": round(train_s, 2),
-                "best_checkpoint": str(Path(best).relative_to(self.run_dir)), "resumed": resume is not None,
+                "best_checkpoint": str(Path(best).relative_to(self.run_dir)) if cfg.task.keep_checkpoints else None,
+                "resumed": resume is not None,
                 **strategy}, module
+
+    def delete_checkpoints(self) -> None:
+        """With ``task.keep_checkpoints=false``, removes the checkpoints (the record is written): a study
+        of hundreds of runs keeps its records, not tens of gigabytes of weights."""
+        if not self.cfg.task.keep_checkpoints and is_rank_zero():
+            shutil.rmtree(self.run_dir / CHECKPOINT_DIR, ignore_errors=True)
 
     def resume_from(self, chash: str, rank_zero: bool) -> str | None:
         """The checkpoint to resume from: the other ranks take rank 0's (passed in), so every rank
