@@ -33,7 +33,8 @@ NOT_PROTOCOL = ("hydra", "paths", "logger", "callbacks", "sweep", "print_config"
                 "resume", "run_name", "sweep_dir")
 """Top-level config keys that do not change what a run computes: where it writes, how it reports."""
 NOT_PROTOCOL_SUBKEYS = ("trainer.enable_progress_bar", "dataset.num_workers", "dataset.download", "task.always_run",
-                        "task.export_merged", "task.keep_checkpoints", "trainer.devices", "trainer.num_nodes", "trainer.strategy")
+                        "task.export_merged", "task.keep_checkpoints", "trainer.devices", "trainer.num_nodes",
+                        "trainer.strategy")
 """Keys inside protocol sections that do not change what a run computes. The execution keys
 ``trainer.devices``, ``trainer.num_nodes`` and ``trainer.strategy`` keep the global batch and the
 batch order (DDP splits them), so a run is the same run whichever of them it used (finished runs
