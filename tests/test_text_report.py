@@ -5,6 +5,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
+
+from plasticity.report import write_report
 from plasticity.report.collect import analysis_plasticity
 
 
@@ -26,3 +29,28 @@ def test_embedding_mode_is_used_where_a_target_has_it_and_modes_are_never_averag
                 (layer, {"dataset": "t1", "model": "m", "mode": "layer"}),
                 (only_layer, {"dataset": "t2", "model": "m", "mode": "layer"})]
     assert analysis_plasticity(analysis, []) == {"t1": {"mha": 2.0, "fc1": 2.0}, "t2": {"mha": 6.0, "fc1": 1.0}}
+
+
+@pytest.mark.slow
+def test_the_committed_text_study_gives_the_verdicts_its_config_records(tmp_path):
+    """Golden values: the report over the 448 committed records of ``experiment=text_study`` gives the
+    verdicts and effects written in its config header and the README (a change to the claims'
+    statistics that moves them shows here)."""
+    study = Path(__file__).resolve().parent.parent / "results" / "text_study"
+    result = write_report(study, "val", out_dir=tmp_path)
+    assert (result.runs, result.done) == (448, 448)
+    rows = list(csv.DictReader(open(tmp_path / "claims.csv")))
+    pooled = {r["claim"][:2]: r for r in rows if r["level"] == "claim"}
+    assert {c: r["verdict"] for c, r in pooled.items()} == {
+        "C1": "inconclusive", "C2": "inconclusive", "C3": "inconclusive", "C4": "contradicted", "C5": "contradicted"}
+    assert float(pooled["C1"]["value"]) == pytest.approx(-0.4)
+    assert float(pooled["C2"]["value"]) == pytest.approx(0.0176, abs=5e-4)
+    assert float(pooled["C4"]["value"]) == pytest.approx(-0.4875, abs=5e-4)
+    c3 = {r["target"]: r for r in rows if r["claim"].startswith("C3") and r["level"] == "detail"}
+    assert {t: r["verdict"].split(" ")[0] for t, r in c3.items()} == {
+        "vs FC2": "inconclusive", "vs LN2": "inconclusive", "vs LN1": "supported", "vs FC1": "inconclusive"}
+    assert float(c3["vs LN1"]["value"]) == pytest.approx(1.074, abs=5e-3)
+    average = {r["group"]: float(r["mean"]) for r in csv.DictReader(open(tmp_path / "table6.csv"))
+               if r["dataset"] == "average"}
+    assert {g: round(a, 1) for g, a in average.items()} == {
+        "ln1": 79.1, "mha": 80.1, "ln2": 80.1, "fc1": 80.8, "fc2": 80.7, "all": 80.2, "head": 77.4}
