@@ -9,6 +9,9 @@ import pytest
 
 from plasticity.report import write_report
 from plasticity.report.collect import analysis_plasticity
+from plasticity.report.tables import AVERAGE
+from tests.test_claims import by_claim
+from tests.test_report import read_rows, table6_of
 
 
 def write_plasticity(run: Path, values: dict[str, list[float]]) -> Path:
@@ -39,18 +42,16 @@ def test_the_committed_text_study_gives_the_verdicts_its_config_records(tmp_path
     study = Path(__file__).resolve().parent.parent / "results" / "text_study"
     result = write_report(study, "val", out_dir=tmp_path)
     assert (result.runs, result.done) == (448, 448)
-    rows = list(csv.DictReader(open(tmp_path / "claims.csv")))
-    pooled = {r["claim"][:2]: r for r in rows if r["level"] == "claim"}
-    assert {c: r["verdict"] for c, r in pooled.items()} == {
+    claims = by_claim(read_rows(tmp_path / "claims.csv"))
+    assert {c: head["verdict"] for c, (head, _) in claims.items()} == {
         "C1": "inconclusive", "C2": "inconclusive", "C3": "inconclusive", "C4": "contradicted", "C5": "contradicted"}
-    assert float(pooled["C1"]["value"]) == pytest.approx(-0.4)
-    assert float(pooled["C2"]["value"]) == pytest.approx(0.0176, abs=5e-4)
-    assert float(pooled["C4"]["value"]) == pytest.approx(-0.4875, abs=5e-4)
-    c3 = {r["target"]: r for r in rows if r["claim"].startswith("C3") and r["level"] == "detail"}
+    assert float(claims["C1"][0]["value"]) == pytest.approx(-0.4)
+    assert float(claims["C2"][0]["value"]) == pytest.approx(0.0176, abs=5e-4)
+    assert float(claims["C4"][0]["value"]) == pytest.approx(-0.4875, abs=5e-4)
+    c3 = claims["C3"][1]
     assert {t: r["verdict"].split(" ")[0] for t, r in c3.items()} == {
         "vs FC2": "inconclusive", "vs LN2": "inconclusive", "vs LN1": "supported", "vs FC1": "inconclusive"}
     assert float(c3["vs LN1"]["value"]) == pytest.approx(1.074, abs=5e-3)
-    average = {r["group"]: float(r["mean"]) for r in csv.DictReader(open(tmp_path / "table6.csv"))
-               if r["dataset"] == "average"}
+    average = {g: float(r["mean"]) for (d, g), r in table6_of(tmp_path).items() if d == AVERAGE}
     assert {g: round(a, 1) for g, a in average.items()} == {
         "ln1": 79.1, "mha": 80.1, "ln2": 80.1, "fc1": 80.8, "fc2": 80.7, "all": 80.2, "head": 77.4}
