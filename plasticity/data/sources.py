@@ -59,7 +59,7 @@ import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -148,8 +148,8 @@ class Source:
     requires: tuple[str, ...] = ()
     torchvision: str | None = None
 
-    def path(self, data_dir: str | Path) -> Path:
-        return Path(data_dir).resolve() / self.folder
+    def path(self, data_dir: str | Path | None) -> Path:
+        return Path(data_dir or ".").resolve() / self.folder  # an absolute folder (the user's) is itself
 
     def error(self, data_dir: str | Path, problem: str) -> DataError:
         """A DataError naming the dataset, the problem, the expected path and how to get the data."""
@@ -220,11 +220,10 @@ _FMNIST_RAW = {"train-images-idx3-ubyte": 2051, "train-labels-idx1-ubyte": 2049,
 def _idx_problem(path: Path, magic: int) -> str | None:
     """Validate an idx file header against the file size; return the problem or None."""
     ndim = magic & 0xFF
-    with open(path, "rb") as f:
-        header = f.read(4 + 4 * ndim)
-    if len(header) < 4 + 4 * ndim or int.from_bytes(header[:4], "big") != magic:
+    header = np.fromfile(path, ">u4", count=1 + ndim)  # the magic number, then each dimension's size
+    if len(header) < 1 + ndim or header[0] != magic:
         return f"{path} is not an idx file with magic number {magic}"
-    expected = 4 + 4 * ndim + int(np.prod(np.frombuffer(header[4:], ">u4"), dtype=np.int64))
+    expected = 4 + 4 * ndim + int(np.prod(header[1:], dtype=np.int64))
     if path.stat().st_size != expected:
         return f"{path} is truncated or corrupt ({path.stat().st_size} bytes, header implies {expected})"
     return None
@@ -262,15 +261,11 @@ class FashionMNIST(Source):
 # ----------------------------------------------------------------------------- CIFAR-10-C layout
 
 
-def _open_npy(path: Path, dataset: str) -> np.ndarray:
-    """Memory-map a ``.npy`` file; raise DataError naming it if it cannot be read."""
-    return _parse(lambda p: np.load(p, mmap_mode="r", allow_pickle=False), path, dataset)
-
-
 def _c_layout_arrays(directory: Path, name: str, dataset: str) -> tuple[np.ndarray, np.ndarray, int]:
     """Open and shape-check ``<directory>/<name>.npy`` and ``labels.npy`` (memory-mapped)."""
     img_path, lbl_path = directory / f"{name}.npy", directory / "labels.npy"
-    images, labels = _open_npy(img_path, dataset), _open_npy(lbl_path, dataset)
+    images, labels = (_parse(lambda p: np.load(p, mmap_mode="r", allow_pickle=False), path, dataset)
+                      for path in (img_path, lbl_path))  # memory-mapped
     if images.ndim != 4 or images.dtype != np.uint8 or images.shape[-1] not in (1, 3):
         raise DataError(f"{dataset}: {img_path} should be uint8 (N, H, W, 1|3), got {images.dtype} {images.shape}")
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
@@ -354,15 +349,13 @@ class FashionMNISTC(CifarC):
         Deterministic (seeded by corruption name and severity); files are written atomically, so
         concurrent runs produce identical files.
         """
-        clean = FashionMNIST()
-        clean.ensure(data_dir, download=download)
-        test = clean.read_split(data_dir, "t10k")
+        FashionMNIST().ensure(data_dir, download=download)
+        test = FashionMNIST().read_split(data_dir, "t10k")
         out_dir, all_labels = self.path(data_dir), np.tile(test.labels, NUM_SEVERITIES)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        lbl_path = out_dir / "labels.npy"
+        lbl_path = out_dir / "labels.npy"  # save_array makes the folder
         if not lbl_path.is_file():
             save_array(lbl_path, all_labels)
-        elif not np.array_equal(_open_npy(lbl_path, self.name), all_labels):
+        elif not np.array_equal(_parse(np.load, lbl_path, self.name), all_labels):
             raise DataError(f"{self.name}: {lbl_path} does not match the clean test labels; delete {out_dir} and retry")
         stack = [corrupt(test.images, self.corruption, s, zlib.crc32(f"{self.name}/{s}".encode()))
                  for s in range(1, NUM_SEVERITIES + 1)]  # each severity seeded by the set's name and the severity
@@ -471,10 +464,9 @@ def _is_image(path: Path) -> bool:
         return False
 
 
-@functools.lru_cache(maxsize=8)
-def _scan_folder(root: Path, stamp: tuple) -> dict[str, Any]:
+def _scan_folder(root: Path) -> dict[str, Any]:
     """A folder dataset's parts (``{"all"}``, or the user's ``{train, [val,] test}``), classes, empty classes and
-    unreadable files, scanned once per version of its files (``stamp``)."""
+    unreadable files (scanned once per version of its files: :func:`_cached`)."""
     subs = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     user = set(subs) <= set(USER_SPLITS) and bool(subs)
     folders = {s: root / s for s in subs} if user else {"all": root}
@@ -540,7 +532,7 @@ class Folder(ImageFolder):
         """The folder's parts, classes and problems; raises DataError for a root that is no dataset."""
         if not self.root.is_dir():
             raise self.error(None, f"dataset.root={str(self.root)!r} does not exist")
-        scan = _scan_folder(self.root, _stamp(self.root))
+        scan = _cached(_scan_folder, self.root, self.root)
         if len(scan["classes"]) < 2:
             raise self.error(None, f"{len(scan['classes'])} class folder(s) {scan['classes']}: a classifier needs 2 "
                                    f"or more")
@@ -552,9 +544,6 @@ class Folder(ImageFolder):
 
     def classes(self, data_dir: Path | None = None) -> list[str]:
         return self.scan()["classes"]
-
-    def error(self, data_dir: str | Path | None, problem: str) -> DataError:
-        return DataError(f"{self.name}: {problem}. Expected {self.layout} in {self.root}. {self.fetch}")
 
     def _check(self, data_dir: Path) -> None:
         if (bad := self.scan()["unreadable"]) and not self.skip_unreadable:
@@ -680,7 +669,7 @@ class TextCorpus(Source):
         """
         path = self.path()
         try:
-            return _read_corpus(self, _stamp(path))
+            return _cached(self.read_corpus, path)
         except (OSError, EOFError, csv.Error, UnicodeDecodeError, KeyError) as err:
             raise DataError(f"{self.name}: {path} is truncated or corrupt ({type(err).__name__}: {err}). "
                             f"{self.fetch}") from err
@@ -689,16 +678,17 @@ class TextCorpus(Source):
         return {"all": self.corpus()}
 
 
-def _stamp(path: Path) -> tuple:
-    """What changes when a corpus's files change: each file's size and modification time."""
-    files = sorted(path.rglob("*")) if path.is_dir() else [path]
-    return tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file())
+def _cached(read: Callable, path: Path | None, *args: Any) -> Any:
+    """``read(*args)``, made once per process and version of the files at ``path`` (what changes when they
+    change: each file's size and modification time; None: once per process)."""
+    files = [] if path is None else sorted(path.rglob("*")) if path.is_dir() else [path]
+    return _once(read, tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()), *args)
 
 
-@functools.lru_cache(maxsize=8)
-def _read_corpus(corpus: TextCorpus, stamp: tuple) -> TextSet:
-    """A corpus read once per process and version of its files (``stamp``)."""
-    return corpus.read_corpus()
+@functools.lru_cache(maxsize=16)
+def _once(read: Callable, stamp: tuple, *args: Any) -> Any:
+    """``read(*args)``, cached by ``stamp`` too (:func:`_cached`)."""
+    return read(*args)
 
 
 class CsvCorpus(TextCorpus):
@@ -774,23 +764,19 @@ class CorruptedText(TextCorpus):
     examples, labels and order, hence the same split."""
 
     def __init__(self, clean: TextCorpus, corruption: str) -> None:
-        self.clean, self.corruption = clean, corruption
-        self.name = f"{clean.name}_c/{corruption}"
+        self.clean, self.corruption, self.name = clean, corruption, f"{clean.name}_c/{corruption}"
         self.package, self.requirement, self.folder = clean.package, clean.requirement, clean.folder
         self.class_names, self.requires = clean.class_names, clean.requires
         self.layout = f"{clean.layout} (corrupted with {corruption} when read)"
 
     def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
-        self.clean.corpus()  # a corrupt file raises here, outside the cache
-        return {"all": _corrupted(self.clean, self.corruption, int(severity), _stamp(self.clean.path()))}
+        return {"all": _cached(self.corrupted, self.clean.path(), int(severity))}
 
-
-@functools.lru_cache(maxsize=4)
-def _corrupted(clean: TextCorpus, corruption: str, severity: int, stamp: tuple) -> TextSet:
-    """A corrupted corpus, made once per process and version of its files (a second or two for the
-    larger corpora)."""
-    texts = clean.corpus()
-    return TextSet(corrupt_texts(texts.texts, clean.name, corruption, severity), texts.labels)
+    def corrupted(self, severity: int) -> TextSet:
+        """The corrupted corpus (made once per process and version of its files, :func:`_cached`: a second or
+        two for the larger corpora)."""
+        texts = self.clean.corpus()
+        return TextSet(corrupt_texts(texts.texts, self.clean.name, self.corruption, severity), texts.labels)
 
 
 class Table(TextCorpus):
@@ -814,8 +800,8 @@ class Table(TextCorpus):
 
     def __init__(self, name: str, location: str, text: str = "text", label: str = "label", split: str | None = None,
                  corruption: str | None = None) -> None:
-        hub = location.startswith("hf:")
-        self.name, self.location = name, location if hub else str(Path(location).expanduser().resolve())
+        self.name = name
+        self.location = location if location.startswith("hf:") else str(Path(location).expanduser().resolve())
         self.columns, self.corruption = (text, label, split), corruption
         # The clean table's examples: a corrupted copy holds the same ones (plasticity.measure pairs them).
         self.identity = f"table:{self.location}?text={text}&label={label}&split={split}"
@@ -834,7 +820,7 @@ class Table(TextCorpus):
         hub = self.location.startswith("hf:")
         if not hub and not self.path().exists():
             raise DataError(f"{self.name}: dataset.path={self.location!r} does not exist. {self.fetch}")
-        return _read_table(self.name, self.location, *self.columns, () if hub else _stamp(self.path()))
+        return _cached(_read_table, None if hub else self.path(), self.name, self.location, *self.columns)
 
     def _check(self, data_dir: Path) -> None:
         if self.corruption is not None:  # a ValueError naming the choices (the schema names it first in a config)
@@ -888,10 +874,9 @@ def _load_table(name: str, location: str) -> dict[str, dict[str, list]]:
         return {split: table.to_dict() for split, table in tables.items()}
 
 
-@functools.lru_cache(maxsize=8)
-def _read_table(name: str, location: str, text: str, label: str, split: str | None,
-                stamp: tuple) -> tuple[dict[str, TextSet], tuple[str, ...]]:
-    """A table read, checked and split into its parts, once per version of its files (``stamp``)."""
+def _read_table(name: str, location: str, text: str, label: str,
+                split: str | None) -> tuple[dict[str, TextSet], tuple[str, ...]]:
+    """A table read, checked and split into its parts (once per version of its files: :func:`_cached`)."""
     tables = _load_table(name, location)
     if unknown := sorted(set(tables) - {"", *_HF_SPLITS}):
         raise DataError(f"{name}: {location} has the splits {unknown}; the known ones are {list(_HF_SPLITS)}. Fix: "

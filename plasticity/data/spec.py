@@ -63,10 +63,8 @@ class DataSpec:
     def __post_init__(self) -> None:
         # Paths as strings, so that equal specs compare (and hash) equal whether built from a str or a Path.
         object.__setattr__(self, "data_dir", os.fspath(self.data_dir))
-        if self.prepared_dir is not None:
-            object.__setattr__(self, "prepared_dir", os.fspath(self.prepared_dir))
-        if self.classes is not None:
-            object.__setattr__(self, "classes", tuple(int(c) for c in self.classes))
+        object.__setattr__(self, "prepared_dir", None if self.prepared_dir is None else os.fspath(self.prepared_dir))
+        object.__setattr__(self, "classes", None if self.classes is None else tuple(int(c) for c in self.classes))
 
     @classmethod
     def from_config(cls, cfg: Any, name: str | None = None, img_size: int | None = None) -> DataSpec:
@@ -177,24 +175,22 @@ def load_splits(spec: DataSpec) -> Splits:
         raise ValueError(problems[0])
     splits = official_splits(spec.name, spec.data_dir, severity=spec.severity,
                              num_classes=None if spec.classes else spec.num_classes)
-    subset = False  # whether the class subset is applied already
+    files = spec.source.kind == "files"
     if spec.source.kind == "text":  # token ids (cached: whole splits, one cache whatever the class subset or limit)
         corrupted = getattr(spec.source, "corruption", None) is not None
         folder = token_cache_path(spec.prepared_root, spec.name, spec.severity if corrupted else None,
                                   splits.split_hash, spec.tokenizer, spec.max_length)
         splits = dataclasses.replace(splits, **tokenized(splits, folder, spec.tokenizer, spec.max_length))
-    elif spec.source.kind == "files":
-        if (prepared := open_prepared(spec.name, spec.prepared_root, spec.img_size, splits.split_hash)) is not None:
-            splits = dataclasses.replace(splits, **prepared, prepared=True)
-        else:
-            from plasticity.data.images import EvalImages  # torch + torchvision: only on the JPEG path
-
-            if spec.classes:  # subset the file lists before anything decodes
-                splits, subset = keep_classes(splits, spec.classes), True
-            lazy = lambda s: ArraySet(EvalImages(s, spec.img_size), s.labels)  # noqa: E731
-            splits = splits.kept(val=lazy(splits.val), test=lazy(splits.test))
-    if spec.classes and not subset:
+    elif files and (prepared := open_prepared(spec.name, spec.prepared_root, spec.img_size,
+                                              splits.split_hash)) is not None:
+        splits = dataclasses.replace(splits, **prepared, prepared=True)
+    if spec.classes:  # on the JPEG path: the file lists, before anything decodes
         splits = keep_classes(splits, spec.classes)
+    if files and not splits.prepared:
+        from plasticity.data.images import EvalImages  # torch + torchvision: only on the JPEG path
+
+        lazy = lambda s: ArraySet(EvalImages(s, spec.img_size), s.labels)  # noqa: E731
+        splits = splits.kept(val=lazy(splits.val), test=lazy(splits.test))
     train = apply_limit(splits.train, spec.limit)
     val, test = (apply_limit(part, spec.eval_limit, "dataset.eval_limit") for part in (splits.val, splits.test))
     digest = splits.split_hash

@@ -114,19 +114,6 @@ def expected_classes(name: str, num_classes: int | None) -> int:
     return num_classes or source(name).num_classes
 
 
-def _check_classes(name: str, data_dir: Path, labels: np.ndarray, expected: int) -> None:
-    src = source(name)
-    if isinstance(src, ImageFolder):
-        found = len(src.classes(data_dir))
-        if found != expected and not src.reference_only:  # the reference's labels are never used
-            raise DataError(f"{name}: found {found} class folders in {src.path(data_dir)}, expected {expected} "
-                            f"(an incomplete extraction?). Fix: fetch the whole dataset ({src.fetch}), or set "
-                            f"dataset.num_classes={found} to use these classes only.")
-    elif len(labels) and (labels.min() < 0 or labels.max() >= expected):
-        raise DataError(f"{name}: labels span {labels.min()}..{labels.max()}, outside 0..{expected - 1} "
-                        f"(dataset.num_classes={expected}); the files in {src.path(data_dir)} are corrupt.")
-
-
 def example_list(name: str, part: str) -> str:
     """The list an example of ``name``'s ``part`` (``all``, ``train`` or ``test`` as the source reads it) comes
     from: a corrupted set holds its clean source's examples (``text/bbc_news_c/word_drop``: the BBC News
@@ -158,27 +145,36 @@ def official_splits(name: str, data_dir: str | Path, *, severity: int = 5, num_c
     check_severity(severity)
     expected = expected_classes(name, num_classes)
     parts = src.read(data_dir, severity)
+    # Each split's origin: the part it is drawn from and its indices there.
     if "all" in parts:
-        base = parts["all"]
-        trainval_idx, test_src = split_indices(len(base), 0.8, 42)
-        tr, va = split_indices(len(trainval_idx), 0.8, 42)
-        train_idx, val_idx, test = trainval_idx[tr], trainval_idx[va], base.subset(test_src)
+        trainval, test = split_indices(len(parts["all"]), 0.8, 42)
+        train, val = (trainval[i] for i in split_indices(len(trainval), 0.8, 42))
+        origin = {"train": ("all", train), "val": ("all", val), "test": ("all", test)}
     else:  # the official test split; the reference has no train part (its test split only, in order)
-        test, base = parts["test"], parts.get("train", parts["test"])
-        test_src = np.arange(len(test), dtype=np.int64)
-        train_idx, val_idx = split_indices(len(base), 0.8, 42) if "train" in parts else (np.zeros(0, np.int64),) * 2
-    val_base = parts.get("val", base)  # the user's own validation split (a folder's val/, a table's): kept whole
-    if "val" in parts:
-        train_idx, val_idx = np.arange(len(base), dtype=np.int64), np.arange(len(val_base), dtype=np.int64)
-    train, val = base.subset(train_idx), val_base.subset(val_idx)
-    _check_classes(name, Path(data_dir), np.concatenate([train.labels, val.labels, test.labels]), expected)
+        train, val = split_indices(len(parts["train"]), 0.8, 42) if "train" in parts else (np.zeros(0, np.int64),) * 2
+        origin = {"train": ("train", train), "val": ("train", val), "test": ("test", _every(parts["test"]))}
+    if "val" in parts:  # the user's own validation split (a folder's val/, a table's): kept whole
+        origin.update(train=("train", _every(parts["train"])), val=("val", _every(parts["val"])))
+    sets = {k: parts[part if part in parts else "test"].subset(idx) for k, (part, idx) in origin.items()}
+    labels, data_dir = np.concatenate([s.labels for s in sets.values()]), Path(data_dir)
+    if isinstance(src, ImageFolder):
+        found = len(src.classes(data_dir))
+        if found != expected and not src.reference_only:  # the reference's labels are never used
+            raise DataError(f"{name}: found {found} class folders in {src.path(data_dir)}, expected {expected} "
+                            f"(an incomplete extraction?). Fix: fetch the whole dataset ({src.fetch}), or set "
+                            f"dataset.num_classes={found} to use these classes only.")
+    elif len(labels) and (labels.min() < 0 or labels.max() >= expected):
+        raise DataError(f"{name}: labels span {labels.min()}..{labels.max()}, outside 0..{expected - 1} "
+                        f"(dataset.num_classes={expected}); the files in {src.path(data_dir)} are corrupt.")
     corrupted = getattr(src, "corruption", None) is not None  # the *_c sets: each severity is another set
-    digest = _split_hash(name, severity if corrupted else None, [(train, train_idx), (val, val_idx), (test, test_src)])
-    lists = dict.fromkeys(("train", "val", "test"), "all") if "all" in parts else {
-        "train": "train", "val": "val" if "val" in parts else "train", "test": "test"}
-    examples = {k: (example_list(name, lists[k]), idx) for k, idx in
-                (("train", train_idx), ("val", val_idx), ("test", test_src))}
-    return Splits(train, val, test, expected, digest, examples=examples)
+    digest = _split_hash(name, severity if corrupted else None, [(sets[k], idx) for k, (_, idx) in origin.items()])
+    examples = {k: (example_list(name, part), idx) for k, (part, idx) in origin.items()}
+    return Splits(**sets, num_classes=expected, split_hash=digest, examples=examples)
+
+
+def _every(part: ArraySet | FileSet | TextSet) -> np.ndarray:
+    """Every row of a part, in order."""
+    return np.arange(len(part), dtype=np.int64)
 
 
 def apply_limit(train: ArraySet | FileSet | TokenSet, limit: int | None,

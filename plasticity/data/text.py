@@ -314,8 +314,7 @@ def tokenized(splits, folder: str | Path, tokenizer: str, max_length: int) -> di
     sizes = {split: len(parts[split]) for split in SPLITS}
     ids = _open_cached(folder, sizes)
     if ids is None:
-        tok = load_tokenizer(tokenizer)
-        ids = {split: tokenize(parts[split].texts, tok, max_length) for split in SPLITS}
+        ids = {split: tokenize(parts[split].texts, load_tokenizer(tokenizer), max_length) for split in SPLITS}
         info = {"version": VERSION, "tokenizer": tokenizer, "max_length": int(max_length), "sizes": sizes}
         try:  # each split's ids, then info.json, each atomically (concurrent writers write equal files)
             for split, array in ids.items():
