@@ -25,16 +25,13 @@ _FLAGS_WITH_VALUE = ("--cfg", "-c", "--package", "-p", "--config-path", "-cp", "
 
 
 def overrides_of(argv: list[str]) -> list[str]:
-    """The overrides of a command line."""
-    out, skip = [], False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in _FLAGS_WITH_VALUE:
-            skip = True
-        elif not arg.startswith("-"):
-            out.append(arg)
-    return out
+    """The overrides of a command line: what is left once Hydra's flags (and their values) are parsed out."""
+    import argparse
+
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for flag in _FLAGS_WITH_VALUE:
+        parser.add_argument(flag)
+    return [arg for arg in parser.parse_known_args(argv)[1] if not arg.startswith("-")]
 
 
 def first_values(overrides: list[str]) -> list[str]:
@@ -55,7 +52,7 @@ def suggestion(key: str, overrides: list[str]) -> str:
     """The fix for a key Hydra could not place."""
     import inspect
 
-    from plasticity.validate import Trainer, closest, flat_keys, optimizer_class
+    from plasticity.validate import Trainer, did_you_mean, flat_keys, optimizer_class
 
     section, _, leaf = key.partition(".")
     if section == "trainer" and leaf in Trainer.OWNED:
@@ -66,9 +63,8 @@ def suggestion(key: str, overrides: list[str]) -> str:
     if section == "optimizer" and cls is not None and leaf in list(inspect.signature(cls).parameters)[1:]:
         return (f"{key} is an argument of {cfg.optimizer._target_} that its config file leaves at torch's default. "
                 f"Fix: +{key}=<value> (the + adds it).")
-    near = closest(key, [k for k in flat_keys(cfg) if not k.startswith("hydra")])
-    if near:
-        return f"{key} is not a config key; the closest is {near}. Fix: {near}=<value>."
+    if near := did_you_mean(key, [k for k in flat_keys(cfg) if not k.startswith("hydra")]):
+        return f"{key} is not a config key; the closest is {near[0]}. Fix: {near[0]}=<value>."
     return (f"{key} is not a config key. Fix: check the spelling (python launch.py --cfg job lists every key), "
             f"or +{key}=<value> to add a new one on purpose.")
 

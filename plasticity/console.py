@@ -21,6 +21,7 @@ COLUMNS = (*((key, key, str) for key in ("task", "dataset", "model", "component"
            ("best val acc %", "best_val_acc", _PERCENT), ("test acc %", "test_acc", _PERCENT),
            ("wall s", "wall_s", "{:.0f}".format))
 _NUMERIC = {"lr", "seed", "trainable_params", "best_val_acc", "test_acc", "wall_s"}
+_SHAREABLE = ("task", "dataset", "model", "lr", "seed")  # a column with one value in every row goes to the title
 
 
 def console() -> Console:
@@ -41,8 +42,7 @@ def print_config_tree(cfg: DictConfig, sections: tuple[str, ...] | None = None, 
     """
     tree = Tree(title, guide_style="dim")
     keep = [k for k in cfg if k != "hydra" and (sections is None or k in sections)]
-    keys = [k for k in ORDER if k in keep] + [k for k in keep if k not in ORDER]
-    for key in keys:
+    for key in sorted(keep, key=lambda k: ORDER.index(k) if k in ORDER else len(ORDER)):  # main groups first
         value = cfg[key]
         text = OmegaConf.to_yaml(value, resolve=True) if isinstance(value, DictConfig) else str(value)
         tree.add(f"[bold]{key}[/bold]").add(text.rstrip())
@@ -60,17 +60,15 @@ def _cell(record: dict, key: str, fmt) -> str:
 def results_table(records: Iterable[dict], title: str = "runs") -> Table:
     """One row per run record; columns whose value is the same in every row go to the title."""
     records = list(records)
-    shared, varying = [], []
-    for column in COLUMNS:
-        values = {_cell(r, column[1], column[2]) for r in records}
-        is_shared = len(records) > 1 and len(values) == 1 and column[1] in ("task", "dataset", "model", "lr", "seed")
-        (shared if is_shared else varying).append((column, values))
-    suffix = ", ".join(f"{c[0]} {next(iter(v))}" for c, v in shared)
+    cells = {column: [_cell(r, column[1], column[2]) for r in records] for column in COLUMNS}
+    shared = [c for c, values in cells.items() if len(records) > 1 and len(set(values)) == 1 and c[1] in _SHAREABLE]
+    suffix = ", ".join(f"{column[0]} {cells[column][0]}" for column in shared)
     table = Table(title=f"{title}" + (f" ({suffix})" if suffix else ""))
-    for (name, key, _), _ in varying:
+    varying = [column for column in COLUMNS if column not in shared]
+    for name, key, _ in varying:
         table.add_column(name, justify="right" if key in _NUMERIC else "left")
-    for r in records:
-        table.add_row(*(_cell(r, key, fmt) for (_, key, fmt), _ in varying))
+    for row in zip(*(cells[column] for column in varying)):
+        table.add_row(*row)
     return table
 
 

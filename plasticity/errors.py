@@ -77,8 +77,3 @@ class Problems:
         """Whether a problem already names one of ``keys`` or a key under it (messages start with the
         key): the checks between keys read only values of the right type."""
         return any(item.startswith((f"{key}=", f"{key} ", f"{key}.")) for key in keys for item in self.items)
-
-
-def closest(key: str, choices: list[str] | tuple[str, ...]) -> str | None:
-    """The one closest choice (:func:`plasticity.errors.did_you_mean`), or None."""
-    return next(iter(did_you_mean(key, choices)), None)

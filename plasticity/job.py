@@ -57,9 +57,12 @@ log = logging.getLogger(__name__)
 LOG_FILE = "launch.log"
 
 
-def quiet_libraries() -> None:
-    """Silences known-harmless notices that would bury the run's own output."""
+def setup_process(cfg: DictConfig) -> None:
+    """Quiets known-harmless library notices that would bury the run's own output; sets torch's threads and
+    matmul precision. For a process that runs a recipe."""
     import warnings
+
+    import torch
 
     for message in (".*isinstance\\(treespec, LeafSpec\\).*", ".*overridden `on_after_batch_transfer`.*",
                     ".*does not have many workers.*", "Experiment logs directory .* exists and is not empty.*",
@@ -77,13 +80,6 @@ def quiet_libraries() -> None:
                  "lightning.pytorch.accelerators.cuda", "lightning.fabric.utilities.seed",
                  "lightning.fabric.utilities.distributed"):
         logging.getLogger(name).addFilter(lambda r: not any(h in r.getMessage() for h in harmless))
-
-
-def setup_process(cfg: DictConfig) -> None:
-    """Quiet library notices, torch threads and matmul precision of a process that runs a recipe."""
-    import torch
-
-    quiet_libraries()
     torch.set_num_threads(int(cfg.threads or torch.get_num_threads()))  # threads: null keeps torch's
     torch.set_float32_matmul_precision(cfg.matmul_precision)
 
@@ -144,14 +140,12 @@ def run_job(cfg: DictConfig, plan: Any = None) -> dict[str, Any]:
     nodes = num_nodes(cfg)
     # Checked already by the plan, or (a single run) by RunCheck in this process.
     problems = validate(cfg, local=True) if multirun and plan is None else []
-    # Every stop below is announced: ranks started beside this one (srun tasks) wait for a decision.
-    if problems:
-        announce(run_dir, "stop", num_nodes=nodes)
-        return reject(problems, run_dir, multirun, identity)
     lock = RunLock(run_dir)
-    if not lock.acquire():
+    # Every stop is announced: ranks started beside this one (srun tasks) wait for a decision.
+    if problems or not lock.acquire():  # no lock is taken for a rejected job
         announce(run_dir, "stop", num_nodes=nodes)
-        return skip_running(run_dir, identity, lock.holder)
+        return (reject(problems, run_dir, multirun, identity) if problems
+                else skip_running(run_dir, identity, lock.holder))
     try:
         return decide_and_run(cfg, recipe, run_dir, identity, multirun, getattr(plan, "state", None))
     finally:
@@ -171,10 +165,10 @@ def run_as_follower_rank(cfg: DictConfig, recipe, run_dir: Path, identity: dict)
     step, ends it quietly; any other error ends the process with it (Lightning then stops the others).
     """
     decision = await_decision(run_dir)
-    rank = global_rank()
+    record = {**identity, "run_dir": str(run_dir), "status": "follower", "rank": global_rank()}
     if decision["action"] != "run":
-        log.info("rank %d: rank 0 decided %s for %s", rank, decision["action"], run_dir)
-        return {**identity, "run_dir": str(run_dir), "status": "follower", "rank": rank, "skipped": True}
+        log.info("rank %d: rank 0 decided %s for %s", record["rank"], decision["action"], run_dir)
+        return {**record, "skipped": True}
     setup_process(cfg)
     from plasticity.module import Diverged
 
@@ -182,8 +176,8 @@ def run_as_follower_rank(cfg: DictConfig, recipe, run_dir: Path, identity: dict)
     try:
         job.run()
     except Diverged:  # every rank sees the same (all-reduced) loss; rank 0 records it
-        return {**identity, "run_dir": str(run_dir), "status": "follower", "rank": rank, "diverged": True}
-    return {**identity, "run_dir": str(run_dir), "status": "follower", "rank": rank}
+        return {**record, "diverged": True}
+    return record
 
 
 def skip_running(run_dir: Path, identity: dict, holder: dict) -> dict[str, Any]:

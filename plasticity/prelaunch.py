@@ -11,6 +11,7 @@ beyond file headers, and for a plan-running launcher what it would skip and subm
 
 from __future__ import annotations
 
+import collections
 import os
 import time
 from dataclasses import dataclass, field
@@ -60,10 +61,9 @@ class RunCheck(Callback):
         if not is_rank_zero():  # a rank Lightning started: rank 0 checked the same config
             return
         started = time.perf_counter()
-        try:
-            run_dir = Path(os.path.abspath(str(config.hydra.run.dir)))
-        except Exception:  # a value that does not resolve: validate names its key (validate.check_resolves)
-            run_dir = None
+        # None: a value that does not resolve (validate names its key).
+        run_dir = OmegaConf.select(config, "hydra.run.dir", throw_on_resolution_failure=False)
+        run_dir = Path(os.path.abspath(str(run_dir))) if run_dir is not None else None
         # Unresolved: an override may hold an interpolation that fails (seed=${oc.env:UNSET}); validate names it.
         job = Job(0, OmegaConf.to_container(config.hydra.overrides.task, resolve=False), config, run_dir)
         if config.sweep.dry_run:
@@ -137,12 +137,6 @@ def print_plan(jobs: list[Job], varying: list[str]) -> None:
 # ----------------------------------------------------------------------------------- dry run
 
 
-def status_of(job: Job) -> str:
-    """The job's row status in the dry run (a done run is re-run when ``sweep.skip_done=false``)."""
-    kind = getattr(job.state, "kind", "")
-    return "done (re-run)" if kind == "finished" and not is_done(job) else STATUS.get(kind, "to run")
-
-
 def dry_run(jobs: list[Job], started: float, submitting: bool = False) -> None:
     """Prints one row per job (run dir, status, data, weights, other problems), each missing input's
     message once, and a count per status; creates nothing.
@@ -157,24 +151,24 @@ def dry_run(jobs: list[Job], started: float, submitting: bool = False) -> None:
 
     table = Table("job", "run dir", "status", "data", "weights", "other problems",
                   title=f"dry run: {len(jobs)} jobs (nothing created, no model or data loaded)")
-    counts: dict[str, int] = {}
+    counts: collections.Counter = collections.Counter()
     inputs: dict[str, None] = {}  # each missing input's message once, in first-seen order
     for job in jobs:
         data, weights = inputs_of(job)
         missing = [text for text in (data, weights) if text not in (*USABLE_WEIGHTS, "?")]
         inputs.update(dict.fromkeys(missing))
         other = [p for p in job.problems if not any(p in text for text in missing)]
-        status = "rejected" if other else status_of(job)
-        counts[status] = counts.get(status, 0) + 1
-        for name, text in (("data missing", data), ("weights unusable", weights)):
-            counts[name] = counts.get(name, 0) + (text in missing)
+        kind = getattr(job.state, "kind", "")  # a done run is re-run when sweep.skip_done=false
+        status = "rejected" if other else "done (re-run)" if kind == "finished" and not is_done(job) else \
+            STATUS.get(kind, "to run")
+        counts.update({status: 1, "data missing": int(data in missing), "weights unusable": int(weights in missing)})
         table.add_row(str(job.num), str(_relative(job.run_dir)), status, "ok" if data == "ok" else "MISSING",
                       weights if weights in USABLE_WEIGHTS else "BAD", escape("; ".join(other)) or "-")
     con = console()
     con.print(table)
     for text in inputs:
         con.print(f"  - {text}", markup=False, highlight=False)
-    todo = sum(counts.get(k, 0) for k in ("to run", "to resume", "failed (re-run)", "done (re-run)"))
+    todo = sum(counts[k] for k in ("to run", "to resume", "failed (re-run)", "done (re-run)"))
     parts = [f"dry run: {len(jobs)} jobs, {todo} to run"]
     parts += [f"{k} {v}" for k, v in counts.items() if v and k != "to run"]
     con.print(" | ".join(parts + [f"checked in {time.perf_counter() - started:.1f} s"]), highlight=False)

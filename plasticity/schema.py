@@ -44,6 +44,19 @@ def rule(fix: str | None = None, **rules: Any) -> Any:
     return dataclasses.field(metadata={"fix": fix, **rules})
 
 
+class Schema:
+    """A node's schema: each subclass is a dataclass whose fields are the node's keys (:func:`fields_of`)."""
+
+    def __init_subclass__(cls) -> None:
+        dataclass(cls)
+
+
+class Named(Schema):
+    """The schema of a config group option or task, chosen by its ``name``."""
+
+    name: str
+
+
 class Target:
     """The hint of a node built from its ``_target_``: its keys are the target's arguments (metadata
     ``overlay``: a schema whose fields narrow them; ``by_target``: overlays per target)."""
@@ -52,24 +65,20 @@ class Target:
 # ----------------------------------------------------------------------------------- groups
 
 
-@dataclass
-class Sweep:
+class Sweep(Schema):
     skip_done: bool
     overwrite: bool
     dry_run: bool
 
 
-@dataclass
-class Paths:
+class Paths(Schema):
     root_dir: str
     data_dir: str
     output_dir: str
     prepared_dir: str
 
 
-@dataclass
-class Model:
-    name: str
+class Model(Named):
     pretrained: bool
     weights_file: Optional[str]
     kwargs: dict[str, Any]
@@ -78,9 +87,7 @@ class Model:
 RGB = tuple[float, float, float]  # one per RGB channel (grey images are expanded to RGB)
 
 
-@dataclass
-class ImageData:
-    name: str
+class ImageData(Named):
     severity: int  # its range: plasticity.data's check_severity
     download: bool
     limit: Optional[int] = rule(gt=0)
@@ -95,19 +102,16 @@ class ImageData:
     hflip: bool
 
 
-@dataclass
 class TextData(ImageData):
     max_length: int  # its range: plasticity.data's text checks
     window: Optional[int]
 
 
-@dataclass
 class FolderData(ImageData):
     root: str
     skip_unreadable: bool
 
 
-@dataclass
 class TableData(TextData):
     path: str
     text_column: str
@@ -120,42 +124,35 @@ USER_DATA = {"folder": FolderData, "table": TableData}
 """The user's own datasets (``dataset=folder``, ``dataset=table``), by their name's prefix (``folder:<root>``)."""
 
 
-@dataclass
-class Auto:
+class Auto(Schema):
     reference: str
     n_pairs: int = rule(gt=0)
     batch_size: int = rule(gt=0)
     budget: Optional[float] = rule(gt=0, le=1, fix="e.g. component.auto.budget=0.05, or null (one whole group)")
 
 
-@dataclass
-class Component:
-    name: str
+class Component(Named):
     train_final_norm: bool
     blocks: Optional[list[int]] = rule(ge=0, min_len=1, fix="e.g. component.blocks=[8,9,10,11], or null (all)")
     lr_scale: Optional[dict[str, float]] = rule(gt=0, fix="e.g. component.lr_scale={ln1: 10}")
 
 
-@dataclass
 class AutoComponent(Component):
     auto: Auto
 
 
-@dataclass
-class NoAdapter:
+class NoAdapter(Schema):
     name: Literal[None, "none"]
 
 
-@dataclass
-class Lora:
+class Lora(Schema):
     name: Literal["lora"] = rule(fix="adapter=lora or adapter=none")
     rank: int = rule(gt=0, fix="e.g. adapter.rank=8 (the rank r of each update B @ A)")
     alpha: float = rule(gt=0, fix="e.g. adapter.alpha=16 (the update is scaled by alpha / rank)")
     dropout: float = rule(ge=0, lt=1, fix="adapter.dropout=0.0 (none) or e.g. 0.1")
 
 
-@dataclass
-class Optimizer:
+class Optimizer(Schema):
     """Narrower than torch: ``_partial_`` (the module passes the parameters), ``lr`` and ``momentum``
     below 1 (every schedule here assumes it); the other arguments are the class's own."""
 
@@ -165,8 +162,7 @@ class Optimizer:
     momentum: float = rule(ge=0, lt=1, fix="e.g. optimizer.momentum=0.9")
 
 
-@dataclass
-class Trainer:
+class Trainer(Schema):
     """Narrower than Lightning's Trainer (its other arguments: its own hints, and building it); ``OWNED``: the
     arguments the task sets itself -> where they live (a ``+trainer.<key>`` would be ignored)."""
 
@@ -187,8 +183,7 @@ class Trainer:
     num_sanity_val_steps: int = rule(ge=-1, fix="e.g. trainer.num_sanity_val_steps=0 (-1: the whole validation set)")
 
 
-@dataclass
-class PlasticityCallback:
+class PlasticityCallback(Schema):
     reference: str
     every_n_steps: int = rule(gt=0, fix="e.g. callbacks.plasticity.every_n_steps=100")
     n_pairs: int = rule(gt=0)
@@ -204,9 +199,7 @@ class PlasticityCallback:
 # ------------------------------------------------------------------------------------ tasks
 
 
-@dataclass
-class Pretrain:
-    name: str
+class Pretrain(Named):
     max_steps: int = rule(gt=0)
     warmup_steps: int = rule(ge=0)
     val_every: int = rule(gt=0)
@@ -216,14 +209,11 @@ class Pretrain:
     keep_checkpoints: bool
 
 
-@dataclass
 class Finetune(Pretrain):
     export_merged: bool
 
 
-@dataclass
-class Bounds:
-    name: str
+class Bounds(Named):
     analysis: bool
     reference: str
     n_pairs: int = rule(gt=0)
@@ -234,16 +224,13 @@ class Bounds:
     device: str  # its choices and CUDA: plasticity.devices.check_device
 
 
-@dataclass
 class Plasticity(Bounds):
     mode: str = rule(choices="plasticity.measure.MODES", fix="task.mode=embedding (the paper's numbers)")
     groups: Sequence[str] = rule(choices="plasticity.components.GROUPS", min_len=1, fix="e.g. task.groups=[mha,fc1]")
     save_rates: bool
 
 
-@dataclass
-class LinearProbe:
-    name: str
+class LinearProbe(Named):
     features: str = rule(choices="plasticity.probe.FEATURES", fix="task.features=block_output (the official code's)")
     pool: str = rule(choices="plasticity.probe.POOLS", fix="task.pool=mean (every token, as the official code)")
     C: float = rule(gt=0, fix="e.g. task.C=1.0")
@@ -258,28 +245,21 @@ class LinearProbe:
     c_tag: dict[str, str]
 
 
-@dataclass
-class InspectData:
-    name: str
+class InspectData(Named):
     img_size: Optional[int] = rule(gt=0, fix="task.img_size=null (the model's input side)")
 
 
-@dataclass
 class Prepare(InspectData):
     train_size: int = rule(gt=0)
     workers: Union[Literal["auto"], int] = rule(gt=0, fix="task.workers=auto (all cores but one)")
 
 
-@dataclass
-class Report:
-    name: str
+class Report(Named):
     select: Literal["val", "test"] = rule(fix="task.select=val (learning rate chosen on validation)")
     optimizer: Optional[str]
 
 
-@dataclass
-class Dashboard:
-    name: str
+class Dashboard(Named):
     project: str = rule(min_len=1, fix="task.project=plasticity (logger.wandb.project)")
     entity: Optional[str] = rule(min_len=1)
     workspace: Optional[str] = rule(min_len=1)
@@ -296,8 +276,7 @@ TASKS: dict[str, type] = {"finetune": Finetune, "pretrain": Pretrain, "plasticit
 PLASTICITY_CALLBACK = "plasticity.callbacks.PlasticityCallback"
 
 
-@dataclass
-class Root:
+class Root(Schema):
     seed: int = rule(ge=0, fix="e.g. seed=0 (the paper's seeds: 0, 42, 3407)")
     threads: Optional[int] = rule(gt=0)
     matmul_precision: str  # torch.set_float32_matmul_precision checks it
@@ -418,8 +397,16 @@ def check_value(value: Any, hint: Any, rules: Mapping[str, Any], key: str, probl
     core = inner[0] if len(inner) == 1 else hint  # Optional[X] holding a value: X
     if dataclasses.is_dataclass(core):
         walk(value, fields_of(core), key, key, problems)
-    elif core is Target:
-        check_target(value, rules, key, problems)
+    elif core is Target:  # a node built from its _target_, against the target's arguments
+        if not isinstance(value, Mapping) or "_target_" not in value:
+            return  # named by the check that owns the group (plasticity.validate.check_callbacks)
+        target = str(value["_target_"])
+        found = target_fields(target, rules.get("overlay") or rules.get("by_target", {}).get(target), rules.get("kind"))
+        if found is None and not rules.get("kind"):
+            problems.append(f"{key}._target_={target!r} cannot be imported. Fix: the import path of a class "
+                            f"(python -c 'import <module>' names what is missing).")
+        elif found is not None:
+            walk(value, found[0], key, target, problems, noun="argument", open_=found[1])
     elif typing.get_origin(core) in (dict, Mapping) and isinstance(value, Mapping):  # each item at its key
         for name, item in value.items():
             check_value(item, typing.get_args(core)[1], rules, f"{key}.{name}", problems)
@@ -435,20 +422,6 @@ def texts(value: Any, key: str) -> list[tuple[str, str]]:
     if isinstance(value, Mapping):
         return [text for name, item in value.items() for text in texts(item, f"{key}.{name}")]
     return [(key, item) for item in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(item, str)]
-
-
-def check_target(value: Any, rules: Mapping[str, Any], key: str, problems: list[str]) -> None:
-    """A node built from its ``_target_``, against the target's arguments."""
-    if not isinstance(value, Mapping) or "_target_" not in value:
-        return  # named by the check that owns the group (plasticity.validate.check_callbacks)
-    target = str(value["_target_"])
-    found = target_fields(target, rules.get("overlay") or rules.get("by_target", {}).get(target), rules.get("kind"))
-    if found is None:
-        if not rules.get("kind"):
-            problems.append(f"{key}._target_={target!r} cannot be imported. Fix: the import path of a class "
-                            f"(python -c 'import <module>' names what is missing).")
-        return
-    walk(value, found[0], key, target, problems, noun="argument", open_=found[1])
 
 
 def unknown(key: str, value: Any, known: list[str], owner: str, noun: str) -> str:
@@ -472,8 +445,6 @@ def accepts(value: Any, hint: Any) -> bool:
         return True
     if origin in UNIONS:
         return any(accepts(value, arm) for arm in args)
-    if hint is type(None):
-        return value is None
     if origin is Literal:
         return any(value == a and type(value) is type(a) for a in args)
     if hint in (int, float):  # a float is finite; an int is one too (a float is not an int)
@@ -497,17 +468,13 @@ def within(value: Any, rules: Mapping[str, Any]) -> bool:
     numbers = [v for v in items if isinstance(v, (int, float)) and not isinstance(v, bool)]
     bounds = [(getattr(operator, op), rules[op]) for op in ("ge", "gt", "le", "lt") if op in rules]
     return size >= rules.get("min_len", 0) and all(test(v, bound) for test, bound in bounds for v in numbers) \
-        and all(v in choices(rules["choices"]) for v in items if isinstance(v, str) and "choices" in rules)
+        and all(v in located(rules["choices"]) for v in items if isinstance(v, str) and "choices" in rules)
 
 
 @functools.lru_cache(maxsize=None)
-def choices(where: str) -> tuple[str, ...]:
-    """The constant a choice list names (``"plasticity.measure.MODES"``), imported when first checked."""
-    return tuple(located(where))
-
-
 def located(path: str) -> Any:
-    """The object at an import path (``torch.optim.SGD``), or None when it cannot be imported."""
+    """The object at an import path (``torch.optim.SGD``; a choice list, ``"plasticity.measure.MODES"``), or None
+    when it cannot be imported."""
     module, _, name = path.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name)
@@ -523,7 +490,7 @@ def problem(key: str, value: Any, hint: Any, rules: Mapping[str, Any]) -> str:
     fix = f"{key}={str(meant).lower()}, unquoted" if meant is not None else rules.get("fix") or (
         f"{key}=true or {key}=false" if hint is bool else f"{key}=<{describe(hint, rules)}>")
     named = [word(a) for a in typing.get_args(hint)] if typing.get_origin(hint) is Literal else \
-        choices(rules["choices"]) if hint is str and "choices" in rules else None  # the words it takes, and no other
+        located(rules["choices"]) if hint is str and "choices" in rules else None  # the words it takes, and no other
     what = f"; choices: {', '.join(named)}" if named and len(named) > 1 and not why else \
         f" must be {describe(hint, rules)}{why}"
     return f"{key}={value!r}{what}. Fix: {fix.rstrip('.')}."
@@ -540,14 +507,12 @@ def describe(hint: Any, rules: Mapping[str, Any]) -> str:
         return " or ".join([describe(a, rules) for a in args if a is not type(None)] + ["null"] * (type(None) in args))
     if origin is Literal:
         return " or ".join(word(a) for a in args)
-    if hint is bool:
-        return "true or false"
-    if hint is Target:
-        return "configs with a _target_"
+    if hint in (bool, Target):
+        return "true or false" if hint is bool else "configs with a _target_"
     if hint is int or hint is float:
         return number_words(hint, rules)
     if hint is str:
-        return f"one of {', '.join(choices(rules['choices']))}" if "choices" in rules else \
+        return f"one of {', '.join(located(rules['choices']))}" if "choices" in rules else \
             "non-empty text" if rules.get("min_len") else "text"
     if origin in (list, tuple, Sequence, Iterable):
         size = f"{len(args)} " if origin is tuple and args and args[-1] is not Ellipsis else ""

@@ -14,6 +14,7 @@ job as the override ``hydra.sweeper.varying``. Each job's record is journaled un
 
 from __future__ import annotations
 
+import collections
 import os
 import pickle
 import time
@@ -54,7 +55,8 @@ class PlanSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> list[list[JobReturn]]:
         started = time.perf_counter()
         lists = self.job_lists(self.params, arguments, self.hydra_context.config_loader)
-        varying = varying_keys(lists)
+        shared = {o for o in lists[0] if all(o in job for job in lists)}  # in every job; the others' keys vary
+        varying = sorted({o.split("=", 1)[0] for job in lists for o in job if o not in shared})
         extra = "hydra.sweeper.varying=[" + ",".join(f"'{key}'" for key in varying) + "]"
         local = "slurm" not in str(self.config.hydra.launcher.get("_target_", "")).lower()  # the devices: on the node
         jobs = [check(job, local) for job in self.plan(lists, extra)]
@@ -128,12 +130,6 @@ class PlanSweeper(Sweeper):
         return [returns[job.num] for job in jobs]
 
 
-def varying_keys(lists: list[list[str]]) -> list[str]:
-    """The override keys whose value is not the same in every job."""
-    shared = {o for o in lists[0] if all(o in job for job in lists)}
-    return sorted({o.split("=", 1)[0] for job in lists for o in job if o not in shared})
-
-
 def record_of(ret: JobReturn, job: Job) -> dict[str, Any]:
     """The job's record from its JobReturn (``run_job`` records its own failures)."""
     try:
@@ -157,8 +153,7 @@ def summarize(sweep_dir: Path, records: list[dict[str, Any]]) -> None:
         write_json_atomic(folder / f"{num:06d}.json", record)
     con = console()
     con.print(results_table(records, title=f"sweep {sweep_id}: {len(records)} runs"))
-    counts = {s: sum(r.get("status") == s for r in records) for s in ("done", "diverged", "interrupted", "failed",
-                                                                       "running", "rejected")}
+    counts = collections.Counter(r.get("status") for r in records)
     skipped = sum(bool(r.get("skipped")) and r.get("status") != "running" for r in records)
     con.print(f"done {counts['done']} (skipped {skipped}) | diverged {counts['diverged']} | interrupted "
               f"{counts['interrupted']} (relaunch to resume) | failed {counts['failed']} | running elsewhere "

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from plasticity.errors import ConfigError, Problems, WeightsError, closest, did_you_mean  # noqa: F401 (re-exported)
+from plasticity.errors import ConfigError, Problems, WeightsError, did_you_mean  # noqa: F401 (re-exported)
 from plasticity.schema import (ABSENT, PLASTICITY_CALLBACK, Trainer, check_run_path, flat_keys, get,  # noqa: F401
                                located, resolved)
 
@@ -26,6 +26,10 @@ __all__ = ["CONF_DIR", "ConfigError", "Problems", "resolved", "world_size"]
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 """The Hydra config folder (``launch.py``'s ``config_path``): the one home of every default."""
+_frozen = functools.partial(json.dumps, sort_keys=True)
+"""Arguments as the key of a memoised check (:func:`model_problems`, :func:`build_problem`)."""
+TRAINER = "lightning.pytorch.Trainer"
+"""What :func:`check_trainer` builds (the task's Trainer, whatever ``trainer._target_`` names)."""
 
 
 # ----------------------------------------------------------------------------------- model and data
@@ -36,7 +40,7 @@ def _model_key(model: DictConfig) -> tuple:
     weights = model.weights_file
     mtime = os.stat(weights).st_mtime_ns if weights and os.path.exists(weights) else None
     kwargs = OmegaConf.to_container(model.kwargs, resolve=True) if OmegaConf.is_config(model.kwargs) else {}
-    return model.name, weights, mtime, json.dumps(kwargs, sort_keys=True)
+    return model.name, weights, mtime, _frozen(kwargs)
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,12 +69,21 @@ def data_problems(spec: Any) -> tuple[str, ...]:
 
 
 def check_model(cfg: DictConfig, p: Problems) -> None:
-    """The model's name and weights file; a text model's ``dataset.max_length`` against its positions."""
+    """The model's name and weights file; a text model reads at most its positions: ``dataset.max_length`` (and
+    ``dataset.window``) within them."""
     if p.names("model"):
         return
     p.add(*(problems := model_problems(*_model_key(cfg.model))))
-    if not problems:
-        check_text_length(cfg, p)
+    if problems or model_modality(cfg) != "text" or "dataset" not in cfg or \
+            p.names("dataset.max_length", "dataset.window"):
+        return
+    from plasticity.text.models import max_positions, text_config
+
+    limit = max_positions(text_config(cfg.model.name))
+    for key in ("max_length", "window"):
+        if limit is not None and (value := cfg.dataset.get(key)) is not None and value > limit:
+            p.add(f"dataset.{key}={value} exceeds the {limit} positions of model.name={cfg.model.name!r}. "
+                  f"Fix: dataset.{key}<={limit}.")
 
 
 def model_modality(cfg: DictConfig) -> str:
@@ -92,19 +105,6 @@ def modality_problem(cfg: DictConfig, name: str, key: str) -> str | None:
                                   "(dataset=text/rotten_tomatoes, ...)")
     return (f"{key}={name!r} is a{'n' if data == 'image' else ''} {data} dataset but model.name={cfg.model.name!r} is "
             f"a{'n' if model == 'image' else ''} {model} model. Fix: {fix}.")
-
-
-def check_text_length(cfg: DictConfig, p: Problems) -> None:
-    """A text model reads at most its positions: ``dataset.max_length`` (and ``dataset.window``) within them."""
-    if model_modality(cfg) != "text" or "dataset" not in cfg or p.names("dataset.max_length", "dataset.window"):
-        return
-    from plasticity.text.models import max_positions, text_config
-
-    limit = max_positions(text_config(cfg.model.name))
-    for key in ("max_length", "window"):
-        if limit is not None and (value := cfg.dataset.get(key)) is not None and value > limit:
-            p.add(f"dataset.{key}={value} exceeds the {limit} positions of model.name={cfg.model.name!r}. "
-                  f"Fix: dataset.{key}<={limit}.")
 
 
 def check_dataset_values(data: DictConfig, p: Problems) -> None:
@@ -178,8 +178,8 @@ def weights_source(name: str) -> str:
 
 
 def _unknown_dataset(name: str, key: str, choices) -> str:
-    near = closest(str(name), sorted(choices))
-    return (f"{key}={name!r} is not a dataset.{f' Did you mean {near}?' if near else ''} Choices: "
+    near = did_you_mean(name, sorted(choices))
+    return (f"{key}={name!r} is not a dataset.{f' Did you mean {near[0]}?' if near else ''} Choices: "
             f"{', '.join(sorted(choices))}; your own: folder:<root> (dataset=folder dataset.root=<root>) or "
             f"table:<path> (dataset=table dataset.path=<path>). Fix: {key}=<one of them>.")
 
@@ -214,10 +214,6 @@ def check_plasticity_callback(cfg: DictConfig, p: Problems, key: str, node: Dict
 # ----------------------------------------------------------------------------------- libraries
 
 
-def _frozen(args: dict) -> str:
-    return json.dumps(args, sort_keys=True)
-
-
 def refusals(problem: Callable[[str], str | None], args: dict, base: dict) -> dict[str, str]:
     """Each argument a library refuses and why: ``problem`` builds from JSON arguments, each alone too (on ``base``:
     libraries stop at the first bad one); refused together (Nesterov without momentum): those its message names."""
@@ -239,37 +235,12 @@ def check_trainer(cfg: DictConfig, p: Problems, local: bool) -> None:
     if not local and args.get("accelerator") in ("gpu", "cuda"):
         args["accelerator"] = "cpu"  # the device is checked on the node
     alone = {"accelerator": args.get("accelerator")}
-    base = alone if trainer_problem(_frozen(alone)) is None else {"accelerator": "cpu"}
-    for key, error in refusals(trainer_problem, args, base).items():
+    base = alone if build_problem(TRAINER, _frozen(alone)) is None else {"accelerator": "cpu"}
+    for key, error in refusals(functools.partial(build_problem, TRAINER), args, base).items():
         default = OmegaConf.load(CONF_DIR / "trainer" / "default.yaml").get(key, "<a value it takes>")
         fix = ("trainer=cpu here, trainer=default (picks the device), or run on a GPU node (hydra/launcher=slurm)"
                if key == "accelerator" else f"trainer.{key}={default}")
         p.add(f"trainer.{key}={args[key]!r} is refused by lightning's Trainer ({error}). Fix: {fix}.")
-
-
-@functools.lru_cache(maxsize=None)
-def trainer_problem(args: str) -> str | None:
-    """Lightning's first line when a Trainer built with ``args`` (JSON; no logger or checkpoints) fails, else None."""
-    import logging
-    import warnings
-
-    from lightning.pytorch import Trainer
-
-    from plasticity.devices import precision, trainer_on_cuda
-
-    kwargs = json.loads(args)
-    if "precision" in kwargs:
-        kwargs["precision"] = precision(kwargs["precision"], trainer_on_cuda(OmegaConf.create(kwargs)))
-    quiet = logging.getLogger("lightning.pytorch")
-    level, quiet.level = quiet.level, logging.ERROR  # no "GPU available" lines at every launch
-    try:
-        with warnings.catch_warnings(action="ignore"):
-            Trainer(logger=False, enable_checkpointing=False, **kwargs)
-    except Exception as err:  # Lightning's MisconfigurationException, ValueError, TypeError ...
-        return str(err).strip().splitlines()[0]
-    finally:
-        quiet.setLevel(level)
-    return None
 
 
 def world_size(trainer: Any) -> int | None:
@@ -331,15 +302,22 @@ def optimizer_class(target: Any) -> type | None:
 
 def check_optimizer(cfg: DictConfig, p: Problems) -> None:
     """``optimizer._target_`` names a ``torch.optim`` optimizer, and torch builds it from the
-    arguments (:func:`optimizer_problem`); a refusal names the argument and torch's default."""
+    arguments (:func:`build_problem`); a refusal names the argument and torch's default."""
+    import torch
+
     node = cfg.optimizer
-    if (cls := optimizer_class(node.get("_target_"))) is None:
-        p.add(_not_an_optimizer(node.get("_target_")))
+    if (cls := optimizer_class(target := node.get("_target_"))) is None:
+        names = {n.lower(): f"torch.optim.{n}" for n, c in vars(torch.optim).items()
+                 if isinstance(c, type) and issubclass(c, torch.optim.Optimizer) and c is not torch.optim.Optimizer}
+        near = did_you_mean(str(target).rpartition(".")[2].lower(), names)
+        p.add(f"optimizer._target_={target!r} is not a torch.optim optimizer class"
+              f"{f' (did you mean {names[near[0]]}?)' if near else ''}. Fix: optimizer=sgd (the paper's) or "
+              f"optimizer=adamw (conf/optimizer), or the import path of a torch.optim.Optimizer subclass.")
         return
     args = {str(k): v for k, v in OmegaConf.to_container(node, resolve=True).items()
             if not str(k).startswith("_") and not p.names(f"optimizer.{k}")}  # the schema named the others
     defaults = {k: v.default for k, v in inspect.signature(cls).parameters.items()}
-    for key, why in refusals(functools.partial(optimizer_problem, node._target_), args, {}).items():
+    for key, why in refusals(functools.partial(build_problem, node._target_), args, {}).items():
         default = f", e.g. torch's default optimizer.{key}={defaults.get(key)!r}" if defaults.get(key) != args[key] \
             else ""
         p.add(f"optimizer.{key}={args[key]!r} is refused by {node._target_} ({why}). Fix: a value torch takes"
@@ -347,27 +325,31 @@ def check_optimizer(cfg: DictConfig, p: Problems) -> None:
 
 
 @functools.lru_cache(maxsize=None)
-def optimizer_problem(target: str, args: str) -> str | None:
-    """torch's first line when ``target`` built on a throwaway parameter with ``args`` (JSON) fails, else None."""
+def build_problem(target: str, args: str) -> str | None:
+    """The library's first line when ``target`` built with ``args`` (JSON) fails, else None: an optimizer on a
+    throwaway parameter, or Lightning's Trainer (its precision's ``auto`` resolved) without logger or checkpoints."""
+    import logging
+    import warnings
+
     import torch
     from hydra.utils import instantiate
 
+    from plasticity.devices import precision, trainer_on_cuda
+
+    kwargs, trainer = json.loads(args), target == TRAINER
+    if trainer and "precision" in kwargs:
+        kwargs["precision"] = precision(kwargs["precision"], trainer_on_cuda(OmegaConf.create(kwargs)))
+    node = {"_target_": target, **kwargs, **(dict(logger=False, enable_checkpointing=False) if trainer else {})}
+    quiet = logging.getLogger("lightning.pytorch")
+    level, quiet.level = quiet.level, logging.ERROR  # no "GPU available" lines at every launch
     try:
-        instantiate({"_target_": target, **json.loads(args)}, [torch.nn.Parameter(torch.zeros(1))])
-    except Exception as err:  # torch's ValueError, RuntimeError or TypeError, wrapped by instantiate
+        with warnings.catch_warnings(action="ignore"):
+            instantiate(node, *([] if trainer else [[torch.nn.Parameter(torch.zeros(1))]]))
+    except Exception as err:  # the library's ValueError, TypeError, MisconfigurationException ... (instantiate's cause)
         return str(getattr(err, "__cause__", None) or err).strip().splitlines()[0]
+    finally:
+        quiet.setLevel(level)
     return None
-
-
-def _not_an_optimizer(target: Any) -> str:
-    import torch
-
-    names = {n.lower(): f"torch.optim.{n}" for n, c in vars(torch.optim).items()
-             if isinstance(c, type) and issubclass(c, torch.optim.Optimizer) and c is not torch.optim.Optimizer}
-    near = did_you_mean(str(target).rpartition(".")[2].lower(), names)
-    return (f"optimizer._target_={target!r} is not a torch.optim optimizer class"
-            f"{f' (did you mean {names[near[0]]}?)' if near else ''}. Fix: optimizer=sgd (the paper's) or "
-            f"optimizer=adamw (conf/optimizer), or the import path of a torch.optim.Optimizer subclass.")
 
 
 # ----------------------------------------------------------------------------------- run paths
