@@ -43,20 +43,16 @@ def auto_select(cfg: DictConfig, net: "nn.Module", datamodule: "DataModule") -> 
     Returns:
         The selection and the record's fields on it: ``selected``, ``auto_table``, ``auto_s``.
     """
-    from plasticity.data import ArraySet, FileSet, load_splits
+    from plasticity.data import load_splits
     from plasticity.data.augment import input_transform
-    from plasticity.measure import disjoint, pair_batches, pair_indices, pair_inputs
+    from plasticity.measure import pair_batches, pair_indices
+    from plasticity.recipes.base import paired_inputs
 
-    auto, window = cfg.component.auto, cfg.dataset.get("window")  # window: text tokens per pair
+    auto, spec = cfg.component.auto, datamodule.spec
     started = time.perf_counter()
-    ref = load_splits(datamodule.spec.replace(name=auto.reference, limit=None, num_classes=None))
-    ref_rows, target_rows, _ = disjoint(ref, datamodule.splits, "train")  # never an example with its own copy
-    train = datamodule.splits.train
-    if isinstance(train, FileSet):  # the JPEG path (no prepared arrays): decoded as the eval splits are
-        from plasticity.data.images import EvalImages
-
-        train = ArraySet(EvalImages(train, datamodule.spec.img_size), train.labels)
-    ref, target = pair_inputs(ref.test, window, ref_rows), pair_inputs(train, window, target_rows)
+    ref = load_splits(spec.replace(name=auto.reference, limit=None, num_classes=None))
+    # window: text tokens per pair; the JPEG path's train split is decoded as the eval splits are
+    ref, target, _ = paired_inputs(ref, datamodule.splits, cfg.dataset.get("window"), "train", spec.img_size)
     indices = pair_indices(len(ref), len(target), auto.n_pairs, "sequential")
     transform = input_transform(net, cfg.dataset)  # token ids pass as they are
     table = measure_units(net, pair_batches(ref, target, indices, auto.batch_size, transform))

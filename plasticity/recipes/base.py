@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["AnalysisRecipe", "RecipeBase", "SweepRecipe"]
+    from plasticity.data import Splits
+
+__all__ = ["AnalysisRecipe", "RecipeBase", "SweepRecipe", "eval_set", "paired_inputs"]
 
 
 class RecipeBase:
@@ -109,16 +111,13 @@ class AnalysisRecipe(RecipeBase):
         token windows of ``dataset.window`` tokens; never an example with its own copy
         (:func:`plasticity.measure.disjoint`, said by :attr:`pairs_from`)."""
         from plasticity.data import DataSpec, load_splits
-        from plasticity.measure import disjoint, pair_inputs
 
         down = DataSpec.from_config(self.cfg)
         ref = down.replace(name=self.cfg.task.reference, limit=None, num_classes=None)
         for spec in (ref, down):  # every problem reported before anything is generated or loaded
             spec.check()
-        window = self.cfg.dataset.get("window")
-        ref, down = load_splits(ref), load_splits(down)
-        ref_rows, down_rows, self.pairs_from = disjoint(ref, down)
-        return pair_inputs(ref.test, window, ref_rows), pair_inputs(down.test, window, down_rows)
+        ref, down, self.pairs_from = paired_inputs(load_splits(ref), load_splits(down), self.cfg.dataset.get("window"))
+        return ref, down
 
     def setup_net(self, num_classes: int = 10) -> "torch.nn.Module":
         """The model in eval mode on the task's device (the analyses never use its head)."""
@@ -138,3 +137,24 @@ class AnalysisRecipe(RecipeBase):
         indices = pair_indices(len(ref), len(down), task.n_pairs, task.pairing, task.pairing_seed)
         transform = input_transform(net, self.cfg.dataset).to(self.device)  # token ids pass as they are
         return pair_batches(ref, down, indices, task.batch_size, transform, self.device)
+
+
+def eval_set(arrays: Any, img_size: int | None) -> Any:
+    """A split as the analyses read it: a JPEG train split (a :class:`plasticity.data.FileSet`, no
+    prepared arrays) decoded lazily through the evaluation transform, as val and test are; else as it is."""
+    from plasticity.data import ArraySet, FileSet
+    from plasticity.data.images import EvalImages  # torchvision: loaded already by the input transforms
+
+    return ArraySet(EvalImages(arrays, img_size), arrays.labels) if isinstance(arrays, FileSet) else arrays
+
+
+def paired_inputs(ref: "Splits", down: "Splits", window: int | None, split: str = "test",
+                  img_size: int | None = None) -> tuple["np.ndarray", "np.ndarray", str]:
+    """What pairs are drawn from (:func:`plasticity.measure.pair_inputs`) in the reference's test split and the
+    downstream ``split`` (:func:`eval_set`): images, or token windows of ``window`` tokens; never an example
+    with its own copy (:func:`plasticity.measure.disjoint`). Returns both and how the pairs are formed."""
+    from plasticity.measure import disjoint, pair_inputs
+
+    ref_rows, down_rows, pairs_from = disjoint(ref, down, split)
+    down_set = eval_set(getattr(down, split), img_size)
+    return pair_inputs(ref.test, window, ref_rows), pair_inputs(down_set, window, down_rows), pairs_from

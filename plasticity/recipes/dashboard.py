@@ -40,11 +40,9 @@ def only_value(root: Path, field: str) -> str | None:
     (unreadable records skipped); else None."""
     from plasticity.report.collect import read_record
 
-    values = set()
-    for path in run_paths(root):
-        record = read_record(path)[0] if path.name == "result.json" else None  # None: unreadable, not an object
-        if record and record.get("task") == "finetune" and record.get(field):
-            values.add(str(record[field]))
+    # None: unreadable, not an object
+    records = (read_record(path)[0] or {} for path in run_paths(root) if path.name == "result.json")
+    values = {str(r[field]) for r in records if r.get("task") == "finetune" and r.get(field)}
     return values.pop() if len(values) == 1 else None
 
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import hydra
 from omegaconf import DictConfig
 
 from plasticity.adapters import apply_lora, check_job_adapter, export_merged
@@ -103,7 +104,10 @@ class Finetune(RecipeBase):
         datamodule = build_datamodule(cfg, net)
         net, selection, strategy = build_selection(cfg, net, datamodule)
         module = build_module(cfg, net, selection, datamodule, chash)
-        resume = self.resume_from(chash, rank_zero)
+        # The other ranks take rank 0's checkpoint (passed in), so every rank restarts at the same step; rank 0
+        # (resume=true) readies the run directory for it.
+        resume = self.resume if self.resume is not None or not rank_zero else (
+            prepare_resume(self.run_dir, cfg.task.max_steps, chash) if cfg.resume else None)
         checkpoint, last = best_and_last(self.run_dir)
         trainer = self.trainer = build_trainer(cfg, self.run_dir, [checkpoint, last])
         # Every logger gets the resolved config, the run identity, split_hash and the parameter counts:
@@ -133,13 +137,6 @@ class Finetune(RecipeBase):
         of hundreds of runs keeps its records, not tens of gigabytes of weights."""
         if not self.cfg.task.keep_checkpoints and is_rank_zero():
             shutil.rmtree(self.run_dir / CHECKPOINT_DIR, ignore_errors=True)
-
-    def resume_from(self, chash: str, rank_zero: bool) -> str | None:
-        """The checkpoint to resume from: the other ranks take rank 0's (passed in), so every rank
-        restarts at the same step; rank 0 (``resume=true``) readies the run directory for it."""
-        if self.resume is not None or not rank_zero:
-            return self.resume
-        return prepare_resume(self.run_dir, self.cfg.task.max_steps, chash) if self.cfg.resume else None
 
     def progress(self) -> dict[str, Any]:
         """Where an interrupted run stopped: the optimizer steps done (``step``) and the step of its
@@ -198,18 +195,14 @@ def build_selection(cfg: DictConfig, net: "torch.nn.Module",
                              (select(net, component.name, component.train_final_norm, blocks), {}))
         freeze(net, selection)
     log.info("trainable parameters: %s", ", ".join(f"{k} {v:,}" for k, v in selection.counts.items()))
-    fields: dict[str, Any] = {"strategy": strategy_of(tag_of(cfg)),
-                              "groups": list(selection.by_group), "blocks": blocks, "adapter": adapter}
-    if component.lr_scale:
-        fields["lr_scale"] = dict(component.lr_scale)
-    return net, selection, {**fields, **chosen}
+    lr_scale = {"lr_scale": dict(component.lr_scale)} if component.lr_scale else {}
+    return net, selection, {"strategy": strategy_of(tag_of(cfg)), "groups": list(selection.by_group), "blocks": blocks,
+                            "adapter": adapter, **lr_scale, **chosen}
 
 
 def build_module(cfg: DictConfig, net: "torch.nn.Module", selection: "Selection", datamodule: "DataModule",
                  chash: str) -> "FinetuneModule":
     """The LightningModule: the optimizer from ``optimizer`` (a partial), the schedule from ``task``."""
-    import hydra
-
     from plasticity.data.augment import input_transform
     from plasticity.module import FinetuneModule
 
@@ -225,7 +218,6 @@ def build_module(cfg: DictConfig, net: "torch.nn.Module", selection: "Selection"
 def build_trainer(cfg: DictConfig, run_dir: Path, checkpoints: list["ModelCheckpoint"]) -> "L.Trainer":
     """The Lightning trainer of ``trainer``, its callbacks (the checkpoints, the step progress bar,
     ``callbacks``) and loggers (``logger``), and what the task owns: steps, accumulation, validation."""
-    import hydra
     from lightning.pytorch.plugins.environments import SLURMEnvironment
 
     from plasticity.devices import precision, trainer_on_cuda
@@ -254,8 +246,6 @@ def build_trainer(cfg: DictConfig, run_dir: Path, checkpoints: list["ModelCheckp
 def instantiate_each(group: DictConfig) -> list:
     """One object per entry of a config group that holds several (``logger``, ``callbacks``); an
     entry set to null (an override that removes it) is skipped."""
-    import hydra
-
     return [hydra.utils.instantiate(node) for node in group.values() if node]
 
 
@@ -273,8 +263,9 @@ def check_steps(cfg: DictConfig, p: Problems) -> None:
     per_step = task.micro_batch_size * world
     if task.batch_size % per_step == 0:
         return
-    if task.batch_size % world == 0:
-        fix = f"task.micro_batch_size={_largest_divisor(task.batch_size // world, task.micro_batch_size)}"
+    if task.batch_size % world == 0:  # the largest micro-batch under the asked one that divides each process's share
+        share = task.batch_size // world
+        fix = f"task.micro_batch_size={max(d for d in range(1, task.micro_batch_size + 1) if share % d == 0)}"
     else:
         nearest = per_step * max(1, round(task.batch_size / per_step))
         fix = (f"a task.batch_size divisible by {per_step} (e.g. task.batch_size={nearest}), "
@@ -283,7 +274,3 @@ def check_steps(cfg: DictConfig, p: Problems) -> None:
     p.add(f"the global batch task.batch_size={task.batch_size} is not divisible by task.micro_batch_size="
           f"{task.micro_batch_size}{processes}: every optimizer step must be a whole number of micro-batches on "
           f"each process. Fix: {fix}.")
-
-
-def _largest_divisor(n: int, below: int) -> int:
-    return max(d for d in range(1, min(n, below) + 1) if n % d == 0)

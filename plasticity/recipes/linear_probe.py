@@ -28,7 +28,7 @@ from omegaconf import DictConfig
 
 from plasticity.devices import autocast, precision
 from plasticity.recipes import register
-from plasticity.recipes.base import RecipeBase
+from plasticity.recipes.base import RecipeBase, eval_set
 from plasticity.validate import Problems, model_modality
 
 if TYPE_CHECKING:
@@ -82,20 +82,17 @@ class LinearProbe(RecipeBase):
         An unprepared JPEG train split is decoded lazily through the evaluation transform, like
         val and test (``task=prepare`` makes it fast).
         """
-        from plasticity.data import ArraySet, DataSpec, FileSet, load_splits
+        from plasticity.data import DataSpec, FileSet, load_splits
         from plasticity.models import image_size
 
         spec = DataSpec.from_config(self.cfg, img_size=image_size(net))
         spec.check()
         splits = load_splits(spec)
         if isinstance(splits.train, FileSet):
-            from plasticity.data.images import EvalImages
-
             log.warning("%s: decoding the JPEG files of train one by one (no prepared arrays for img_size %d). "
                         "Run `python launch.py task=prepare dataset=%s` once to make this fast.", spec.name,
                         spec.img_size, spec.name)
-            train = ArraySet(EvalImages(splits.train, spec.img_size), splits.train.labels)
-            splits = splits.kept(train=train)
+            splits = splits.kept(train=eval_set(splits.train, spec.img_size))
         return splits
 
     @property
@@ -146,31 +143,27 @@ class LinearProbe(RecipeBase):
 
         task = self.cfg.task
         dtype = getattr(torch, task.dtype)
-        if task.select_c:
-            best, scores, fits = select_c(x["train"], y["train"], x["val"], y["val"], list(task.c_grid),
-                                          task.max_iter, task.tol, num_classes, dtype)
-            log.info("validation accuracy per C: %s; chosen C=%s",
-                     ", ".join(f"{c:g}: {100 * a:.2f}%" for c, a in scores.items()), best)
-            W, b, iterations = fits[best]
-            return {"C": best, "W": W, "b": b, "iterations": iterations,
-                    "c_grid_val_acc": {str(c): a for c, a in scores.items()}}
-        C = float(task.C)
-        W, b, iterations = fit_logreg(x["train"], y["train"], C, task.max_iter, task.tol, num_classes, dtype)
-        val = accuracy(x["val"], y["val"], W, b) if "val" in x else None
-        return {"C": C, "W": W, "b": b, "iterations": iterations, "val_acc": val}
+        if not task.select_c:
+            C = float(task.C)
+            W, b, iterations = fit_logreg(x["train"], y["train"], C, task.max_iter, task.tol, num_classes, dtype)
+            return {"C": C, "W": W, "b": b, "iterations": iterations,
+                    "val_acc": accuracy(x["val"], y["val"], W, b) if "val" in x else None}
+        best, scores, fits = select_c(x["train"], y["train"], x["val"], y["val"], list(task.c_grid),
+                                      task.max_iter, task.tol, num_classes, dtype)
+        log.info("validation accuracy per C: %s; chosen C=%s",
+                 ", ".join(f"{c:g}: {100 * a:.2f}%" for c, a in scores.items()), best)
+        W, b, iterations = fits[best]  # val_acc: the chosen C's validation accuracy, its selection score
+        return {"C": best, "W": W, "b": b, "iterations": iterations, "val_acc": scores[best],
+                "c_grid_val_acc": {str(c): a for c, a in scores.items()}}
 
-    def save(self, W: "torch.Tensor", b: "torch.Tensor", mean: "torch.Tensor", std: "torch.Tensor", C: float) -> None:
-        """``probe.safetensors``, atomically: W, b and the standardisation's mean and std."""
+    def run(self) -> dict[str, Any]:
+        """Features, standardisation, fit, test (the fit written to ``probe.safetensors``, atomically: W, b and
+        the standardisation's mean and std); returns the record's fields."""
+        import torch
+
         from plasticity.runs.io import write_safetensors_atomic
 
         task = self.cfg.task
-        meta = {"C": repr(C), "features": str(task.features), "pool": str(task.pool), "normalise": "l2+standardise"}
-        write_safetensors_atomic(self.run_dir / PROBE_FILE, {"W": W, "b": b, "mean": mean, "std": std}, meta)
-
-    def run(self) -> dict[str, Any]:
-        """Features, standardisation, fit, test; returns the record's fields."""
-        import torch
-
         torch.manual_seed(self.cfg.seed)
         net = self.setup_net()
         splits = self.setup_splits(net)
@@ -181,7 +174,10 @@ class LinearProbe(RecipeBase):
         start = time.perf_counter()
         fitted = self.fit(x, y, splits.num_classes)
         fit_s = time.perf_counter() - start
-        self.save(fitted["W"], fitted["b"], mean, std, fitted["C"])
+        meta = {"C": repr(fitted["C"]), "features": str(task.features), "pool": str(task.pool),
+                "normalise": "l2+standardise"}
+        tensors = {"W": fitted["W"], "b": fitted["b"], "mean": mean, "std": std}
+        write_safetensors_atomic(self.run_dir / PROBE_FILE, tensors, meta)
         fields = self.result_fields(net, splits, x, y, fitted, feature_s=round(feature_s, 2), fit_s=round(fit_s, 2))
         log.info("linear probe: C=%g, %d L-BFGS iterations, train %.2f%%, test %.2f%%", fitted["C"],
                  fields["iterations"], 100 * fields["train_acc"], 100 * fields["test_acc"])
@@ -216,10 +212,9 @@ class LinearProbe(RecipeBase):
             log.warning("L-BFGS stopped at task.max_iter=%d before reaching task.tol=%g (largest gradient entry "
                         "%.2e). Fix: raise task.max_iter.", task.max_iter, task.tol, gmax)
         dim, k = int(W.shape[1]), splits.num_classes
-        fields = {
+        return {
             "test_acc": accuracy(x["test"], y["test"], W, b),
-            # select_c: the chosen C's validation accuracy, its selection score
-            "best_val_acc": fitted["c_grid_val_acc"][str(C)] if task.select_c else fitted["val_acc"],
+            "best_val_acc": fitted["val_acc"],
             "test_loss": loss(x["test"], y["test"], W, b), "train_acc": accuracy(x["train"], y["train"], W, b),
             "C": C, "select_c": bool(task.select_c), "feature_dim": dim, "num_classes": k,
             "features": str(task.features),
@@ -229,11 +224,8 @@ class LinearProbe(RecipeBase):
             "iterations": fitted["iterations"], "converged": fitted["iterations"] < task.max_iter,
             "grad_max": gmax, "precision": self.precision, **timings,
             "split_hash": splits.split_hash, **recorded_classes(self.cfg.dataset.name),
-            "probe_file": PROBE_FILE,
+            "probe_file": PROBE_FILE, **({"c_grid_val_acc": fitted["c_grid_val_acc"]} if task.select_c else {}),
         }
-        if task.select_c:
-            fields["c_grid_val_acc"] = fitted["c_grid_val_acc"]
-        return fields
 
     def log_wandb(self, fields: dict[str, Any]) -> None:
         """The result (and the C grid) to W&B when the job has ``logger=wandb``; a no-op otherwise."""

@@ -68,9 +68,8 @@ class Plasticity(AnalysisRecipe):
             stats = measure(net, self.pairs(net, ref, down), task.mode, tuple(task.groups), on_rates)
         rows = stats.summary(distinct=distinct)
         self.check_distinct(rows)
-        depth = len(net.blocks)
-        for row in rows:
-            row.update(depth_pct=100.0 * row["block"] / max(depth - 1, 1), mode=task.mode)  # Fig. 3: 0 % to 100 %
+        for row in rows:  # Fig. 3: 0 % to 100 %
+            row.update(depth_pct=100.0 * row["block"] / max(len(net.blocks) - 1, 1), mode=task.mode)
         write_csv_atomic(self.run_dir / "plasticity.csv", rows, CSV_COLUMNS)
         order = ranking(rows)
         summary = {"mode": task.mode, "pairing": task.pairing, "pairs_from": self.pairs_from, "n_pairs": task.n_pairs,

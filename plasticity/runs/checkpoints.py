@@ -60,10 +60,9 @@ def best_and_last(run_dir: str | Path) -> tuple["RunCheckpoint", "RunCheckpoint"
 
     common = dict(dirpath=Path(run_dir) / CHECKPOINT_DIR, save_top_k=1, enable_version_counter=False,
                   auto_insert_metric_name=False)
-    best = RunCheckpoint(filename=BEST_CHECKPOINT.removesuffix(".ckpt"), monitor="val/acc", mode="max", **common)
-    # monitor=None: saved at every validation end, the one file replaced each time.
-    last = RunCheckpoint(filename=LAST_CHECKPOINT.removesuffix(".ckpt"), monitor=None, **common)
-    return best, last
+    return (RunCheckpoint(filename=BEST_CHECKPOINT.removesuffix(".ckpt"), monitor="val/acc", mode="max", **common),
+            # monitor=None: saved at every validation end, the one file replaced each time.
+            RunCheckpoint(filename=LAST_CHECKPOINT.removesuffix(".ckpt"), monitor=None, **common))
 
 
 def checkpoint_step(path: str | Path) -> int | None:

@@ -57,9 +57,9 @@ class RunLock:
             os.close(fd)
             return False
         os.ftruncate(fd, 0)  # ours now: the previous holder's info goes
-        holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S")}
-        if os.environ.get("SLURM_JOB_ID"):
-            holder["slurm_job"] = os.environ["SLURM_JOB_ID"]
+        job = os.environ.get("SLURM_JOB_ID")
+        holder = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                  **({"slurm_job": job} if job else {})}
         os.pwrite(fd, json.dumps(holder).encode(), 0)
         self._fd = fd
         return True

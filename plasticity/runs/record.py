@@ -16,10 +16,9 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
-from plasticity.runs.io import read_json
 
 __all__ = ["CONFIG_FILE", "ERROR_FILE", "FINISHED", "RESULT_FILE", "STARTED_FILE", "config_diff", "config_hash",
-           "digest", "flatten", "optimizer_name", "protocol", "read_result", "visible_files"]
+           "digest", "flatten", "optimizer_name", "protocol", "visible_files"]
 
 RESULT_FILE = "result.json"
 CONFIG_FILE = "config.yaml"
@@ -56,7 +55,9 @@ def protocol(cfg: DictConfig | dict, sections: tuple[str, ...] | None = None) ->
             :data:`NOT_PROTOCOL`.
     """
     keys = [k for k in cfg.keys() if (sections is None or k in sections) and k not in NOT_PROTOCOL]
-    flat = flatten({k: _resolved(cfg, k) for k in keys})
+    # a DictConfig node resolved; a plain container's value as it is
+    flat = flatten({k: OmegaConf.to_container(cfg[k], resolve=True) if isinstance(cfg[k], DictConfig) else cfg[k]
+                    for k in keys})
     return {k: v for k, v in flat.items() if k not in NOT_PROTOCOL_SUBKEYS}
 
 
@@ -67,15 +68,9 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {k: v for key, value in tree.items() for k, v in flatten(value, f"{prefix}{key}.").items()}
 
 
-def _resolved(cfg: DictConfig | dict, key: str) -> Any:
-    node = cfg[key]  # a DictConfig node resolved; a plain container's value as it is
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
-
-
 def digest(flat: dict[str, Any]) -> str:
     """Short hash of a :func:`protocol`."""
-    blob = json.dumps(flat, sort_keys=True, default=str)
-    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+    return hashlib.sha1(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
 def config_hash(cfg: DictConfig | dict, sections: tuple[str, ...] | None = None) -> str:
@@ -85,13 +80,7 @@ def config_hash(cfg: DictConfig | dict, sections: tuple[str, ...] | None = None)
 
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(key, old value, new value)`` for every protocol key that differs (missing: ``None``)."""
-    keys = sorted(set(old) | set(new))
-    return [(k, old.get(k), new.get(k)) for k in keys if old.get(k) != new.get(k)]
-
-
-def read_result(run_dir: str | Path) -> dict | None:
-    """The run's record, or ``None`` when it has none (or an unreadable one)."""
-    return read_json(Path(run_dir) / RESULT_FILE)
+    return [(k, old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
 
 
 def visible_files(root: str | Path, pattern: str) -> Iterator[Path]:

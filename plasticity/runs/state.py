@@ -18,10 +18,11 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from plasticity.runs.checkpoints import CHECKPOINT_DIR, METRICS_FILE, METRICS_PARTS
+from plasticity.runs.io import read_json
 from plasticity.runs.lock import LOCK_FILE, lock_holder
 from plasticity.runs.stop import INTERRUPTED
 from plasticity.runs.record import (CONFIG_FILE, ERROR_FILE, FINISHED, RESULT_FILE, STARTED_FILE, config_diff,
-                                   digest, protocol, read_result)
+                                   digest, protocol)
 
 __all__ = ["RunState", "archive_run", "clear_stale", "confirm", "conflict_message", "inspect_run", "stamp"]
 
@@ -98,10 +99,10 @@ def _classify(run_dir: Path, cfg: Any, sections: tuple[str, ...], locked: bool) 
         return RunState("new")
     holder = None if locked else lock_holder(run_dir)  # the caller's own lock would read as "running"
     if holder is not None:
-        return RunState("running", read_result(run_dir), holder=holder)
+        return RunState("running", read_json(run_dir / RESULT_FILE), holder=holder)
     new = protocol(cfg, sections)
     new_hash = digest(new)
-    record = read_result(run_dir)
+    record = read_json(run_dir / RESULT_FILE)
     started = (run_dir / STARTED_FILE).is_file()
     if record is None and not started:  # an empty folder (Hydra made it; the job was rejected or killed at once)
         return RunState("new")
@@ -117,18 +118,14 @@ def _classify(run_dir: Path, cfg: Any, sections: tuple[str, ...], locked: bool) 
 def conflict_message(run_dir: Path, state: RunState, limit: int = 6) -> str:
     """The error for a launch that would touch a finished or interrupted run of another config."""
     finished = state.record is not None and state.record.get("status") in FINISHED
-    what = (f"a finished run ({state.record.get('status')}{_accuracy(state.record)})" if finished
-            else "an interrupted run (resumable)")
+    acc = (state.record or {}).get("test_acc")
+    acc = f", test acc {100 * acc:.2f}%" if isinstance(acc, (int, float)) else ""
+    what = f"a finished run ({state.record.get('status')}{acc})" if finished else "an interrupted run (resumable)"
     shown = ", ".join(f"{k}: {_fmt(old)} -> {_fmt(new)}" for k, old, new in state.diff[:limit])
     more = f" (+{len(state.diff) - limit} more)" if len(state.diff) > limit else ""
     return (f"{run_dir} holds {what} made with a different config ({shown}{more}); it is left untouched. "
             f"Fix: sweep.overwrite=true to run anyway (the old run is moved to {run_dir.parent}/."
             f"{run_dir.name}.replaced-<time>/, nothing is deleted), or paths.output_dir=<another folder> to keep both.")
-
-
-def _accuracy(record: dict) -> str:
-    acc = record.get("test_acc")
-    return f", test acc {100 * acc:.2f}%" if isinstance(acc, (int, float)) else ""
 
 
 def _fmt(value: Any) -> str:
@@ -152,8 +149,5 @@ def archive_run(run_dir: str | Path) -> Path:
 def clear_stale(run_dir: str | Path) -> None:
     """Removes what a failed run of another config left (never called on finished runs)."""
     run_dir = Path(run_dir)
-    for name in STALE:
-        path = run_dir / name
+    for path in [*(run_dir / name for name in STALE), *run_dir.glob(METRICS_PARTS)]:
         shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-    for part in run_dir.glob(METRICS_PARTS):
-        part.unlink()

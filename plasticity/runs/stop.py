@@ -7,6 +7,7 @@ allows, and a relaunch of the same config resumes them from their last complete 
 from __future__ import annotations
 
 import errno
+import shutil
 import signal
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,7 +102,8 @@ def storage_fault(err: BaseException, run_dir: str | Path) -> str | None:
             if cause.errno == errno.EACCES and run_dir.resolve() not in Path(where).resolve().parents:
                 continue  # a file the run reads (data, weights) is the user's to fix, not the run folder's storage
             return f"{STORAGE_ERRNOS[cause.errno]} writing {where}"
-        if isinstance(cause, RuntimeError) and "write failed" in str(cause) and _full(run_dir):
+        if (isinstance(cause, RuntimeError) and "write failed" in str(cause)
+                and shutil.disk_usage(run_dir).free < 1 << 20):  # under 1 MiB: no checkpoint fits
             return f"{STORAGE_ERRNOS[errno.ENOSPC]} writing {run_dir}"
     return None
 
@@ -112,9 +114,3 @@ def _chain(err: BaseException) -> Iterator[BaseException]:
         seen.add(id(err))
         yield err
         err = err.__cause__ or err.__context__
-
-
-def _full(path: Path) -> bool:
-    import shutil
-
-    return shutil.disk_usage(path).free < 1 << 20  # under 1 MiB: nothing the size of a checkpoint fits
