@@ -300,21 +300,20 @@ def _correlations(cid: str, what: str, inputs: ClaimInputs, other: dict[str, dic
     plasticity, sources = inputs.plasticity, inputs.sources
     if not plasticity or (unlogged and not any(other.values())):
         return untestable(cid, what, unlogged if plasticity else NO_PLASTICITY)
-    details, rhos = [], []
+    details = []
     for target in sorted(set(plasticity) & set(other)):
         groups = [g for g in GROUPS if g in plasticity[target] and g in other[target]]
         if len(groups) >= MIN_GROUPS:
             x, y = [plasticity[target][g] for g in groups], [other[target][g] for g in groups]
             rho = _rho(x, y) if len(set(x)) > 1 and len(set(y)) > 1 else NAN
             p = exact_rank_p(x, y, _rho)
-            rhos.append(rho)
             verdict = (SUPPORTED if rho > 0 else CONTRADICTED) if p < ALPHA else INCONCLUSIVE
             details.append(row(cid, f"{what} over n groups (P(f) from {sources.get(target, '?')}); p: exact "
                                     f"permutation", rho, p, len(groups), verdict, target=target,
                                reason="" if p < ALPHA else "a constant input" if math.isnan(rho) else ""))
     if not details:
         return untestable(cid, what, f"{none} for at least {MIN_GROUPS} groups")
-    effect = Effect.of(rhos)
+    effect = Effect.of(d["value"] for d in details if d["value"] is not None)  # the per-target rhos (NaN: None)
     statistic = (f"mean over targets of the per-target {what}; CI: t; p: two-sided exact Wilcoxon signed-rank vs 0 "
                  f"over n targets")
     return [effect_row(cid, statistic, effect, *decide(effect), level="claim", target=POOLED)] + details

@@ -85,13 +85,10 @@ def check_sweep_dir(path: str | Path | None, runs: Callable[[Path], Iterator[Pat
     if path is None or str(path) == "":
         return f"sweep_dir is not set. {SWEEP_DIR_FIX}"
     shown, path = f"sweep_dir={str(path)!r}", Path(path)
-    if not path.exists():
-        return f"{shown} does not exist. {SWEEP_DIR_FIX}"
-    if not path.is_dir():
-        return f"{shown} is a file, not a directory. {SWEEP_DIR_FIX}"
-    if next(runs(path) if runs else visible_files(path, RESULT_FILE), None) is None:
-        return f"{shown} has {no_runs}. {SWEEP_DIR_FIX}"
-    return None
+    found = path.is_dir() and next(runs(path) if runs else visible_files(path, RESULT_FILE), None) is not None
+    problem = None if found else "does not exist" if not path.exists() else (
+        "is a file, not a directory" if not path.is_dir() else f"has {no_runs}")
+    return problem and f"{shown} {problem}. {SWEEP_DIR_FIX}"
 
 
 def _is_number(value: object) -> bool:
@@ -205,14 +202,12 @@ def _table(path: Path) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
         if header is None:
             raise ValueError("empty file")
         rows = [(reader.line_num, row) for row in reader if row]
-    return header, _same_length(header, rows)
+    # checked as read: a bad cell above a short row is named first
+    return header, ((line, row) if len(row) == len(header) else _short(line) for line, row in rows)
 
 
-def _same_length(header: list[str], rows: list[tuple[int, list[str]]]) -> Iterator[tuple[int, list[str]]]:
-    for line, row in rows:  # checked as read: a bad cell above a short row is named first
-        if len(row) != len(header):
-            raise ValueError(f"line {line}: field count differs from the header's (truncated?)")
-        yield line, row
+def _short(line: int):
+    raise ValueError(f"line {line}: field count differs from the header's (truncated?)")
 
 
 def _rows(path: Path) -> Iterator[tuple[int, dict]]:
@@ -257,9 +252,7 @@ def read_metrics(run_dir: str | Path, columns: Iterable[str],
     columns = list(columns)
     points: dict[str, dict[float, float]] = {c: {} for c in columns}
     found: list[Problem] = []
-    for path in metrics_files(run_dir):  # the interrupted parts in order, then the last
-        if not path.is_file():
-            continue
+    for path in (p for p in metrics_files(run_dir) if p.is_file()):  # the interrupted parts in order, then the last
         try:
             read = _metric_points(path, columns)
         except CSV_ERRORS as err:

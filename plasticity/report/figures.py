@@ -127,11 +127,14 @@ def plot_bounds(rows: list[dict], path: str | Path) -> None:
 # ------------------------------------------------------------------------------------ report
 
 
-def _bars(ylabel: str, n: int):
-    ax = Figure(figsize=(4.5, 3) if n <= 7 else (0.6 * n + 1.5, 3)).add_subplot()  # wider for many bars
+def _bars(ylabel: str, rows: list[dict], names: list[str], values: list[float], **kwargs):
+    """A bar per row in its configuration's colour, the names rotated below; the axes and the bars."""
+    ax = Figure(figsize=(4.5, 3) if len(rows) <= 7 else (0.6 * len(rows) + 1.5, 3)).add_subplot()  # wider: many bars
     ax.set_ylabel(ylabel)
     ax.grid(True, axis="y", alpha=0.3)
-    return ax
+    bars = ax.bar(names, values, color=[strategy_color(r["group"]) for r in rows], **kwargs)
+    ax.tick_params(axis="x", rotation=30)
+    return ax, bars
 
 
 def plot_relative_gain(gains: list[dict], path: str | Path) -> None:
@@ -143,10 +146,8 @@ def plot_relative_gain(gains: list[dict], path: str | Path) -> None:
     """
     avg = [g for g in gains if g["dataset"] == AVERAGE]
     labels = column_labels([g["group"] for g in avg] + [g["baseline"] for g in avg if g.get("baseline")])
-    ax = _bars("relative gain over linear probing (%)", len(avg))
-    ax.bar([labels[g["group"]] for g in avg], [g["gain_pct"] for g in avg],
-           color=[strategy_color(g["group"]) for g in avg])
-    ax.tick_params(axis="x", rotation=30)
+    ax, _ = _bars("relative gain over linear probing (%)", avg, [labels[g["group"]] for g in avg],
+                  [g["gain_pct"] for g in avg])
     for tick in ax.get_xticklabels():
         tick.set_horizontalalignment("right")
     save(ax.figure, path)
@@ -162,16 +163,14 @@ def accuracy_figure(rows: list[dict]) -> Figure:
     most, partial = partial_averages(rows)
     names = [labels[r["group"]] + (f"\n({partial[r['group']]} of {most} datasets)" if r["group"] in partial else "")
              for r in avg]
-    ax = _bars("average top-1 test accuracy (%)", len(avg))
-    bars = ax.bar(names, [r["mean"] for r in avg], yerr=[pooled_se(rows, r["group"]) for r in avg], capsize=4,
-                  color=[strategy_color(r["group"]) for r in avg])
+    ax, bars = _bars("average top-1 test accuracy (%)", avg, names, [r["mean"] for r in avg],
+                     yerr=[pooled_se(rows, r["group"]) for r in avg], capsize=4)
     for bar, r in zip(bars, avg):
         if r["group"] in partial:
             bar.set(hatch="//", alpha=0.45, edgecolor="k")
     if partial:
         ax.set_title(f"hatched: averaged over fewer than the {most} datasets", fontsize=8)
     ax.set_ylim(max(0.0, min(r["mean"] for r in avg) - 5.0), None)
-    ax.tick_params(axis="x", rotation=30)
     return ax.figure
 
 

@@ -266,21 +266,20 @@ def missing_runs(runs: list[tuple[Path, dict]]) -> list[dict]:
     a group are those it ran at on any dataset (a group may have its own grid: LayerNorms often
     take larger steps; none for a configuration without a learning rate, the probe), the expected
     seeds those any run of the same task used."""
-    seeds, lrs, groups, done = defaultdict(set), defaultdict(set), defaultdict(set), defaultdict(set)
-    lrless, task_of = set(), {}
+    seeds, lrs, done, lrless, task_of = defaultdict(set), defaultdict(set), defaultdict(set), set(), {}
     for _, r in runs:
+        cell = (r["dataset"], r["component"], lr_key(r))
         seeds[r.get("task")].add(r.get("seed"))
-        groups[r["dataset"]].add(r["component"])
-        task_of[(r["dataset"], r["component"])] = r.get("task")
-        if lr_key(r) is None:
-            lrless.add((r["dataset"], r["component"]))
+        task_of[cell[:2]] = r.get("task")
+        if cell[2] is None:
+            lrless.add(cell[:2])
         else:
-            lrs[r["component"]].add(lr_key(r))
+            lrs[r["component"]].add(cell[2])
         if r.get("status") == "done":
-            done[(r["dataset"], r["component"], lr_key(r))].add(r.get("seed"))
+            done[cell].add(r.get("seed"))
     out = []
-    for dataset in sorted(groups):
-        for group in ordered_groups(groups[dataset]):
+    for dataset in sorted({d for d, _ in task_of}):
+        for group in ordered_groups(g for d, g in task_of if d == dataset):
             expected = seeds[task_of[(dataset, group)]]
             for lr in [None] if (dataset, group) in lrless else sorted(lrs[group]):
                 have = done[(dataset, group, lr)]

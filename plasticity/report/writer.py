@@ -130,13 +130,10 @@ def write_report(sweep_dir: str | Path, select: str = "val", out_dir: str | Path
             raise ReportError(f"optimizer={optimizer!r}: no finetuning run under {sweep.root} used it (found: "
                               f"{', '.join(found) or 'none'}). Fix: one of those, or no optimizer filter.")
     out = Path(out_dir) if out_dir is not None else sweep.root / report_folder(optimizer)
-    problems = list(sweep.problems)
     runs = sweep.finetune + sweep.probe
     flat = [{"run_dir": str(d), **flatten(r)} for d, r in runs]  # runs.csv: every record, identity columns first
     write_csv_atomic(out / "runs.csv", flat, dict.fromkeys([*IDENTITY_COLUMNS, *(k for row in flat for k in row)]))
-    cells = done_cells(runs)
-    plasticity = analysis_plasticity(sweep.analysis, problems)
-    claims = claims_of(cells, plasticity, problems, select)
+    cells, plasticity, claims, problems = claims_of(sweep, select)
     write_csv_atomic(out / "claims.csv", claims, CLAIM_COLUMNS)
     body = [claims_md(claims)] + warnings_md(sweep.finetune) + shared_seeds_md(cells)
     if cells:
@@ -188,47 +185,45 @@ def _write_results(cells: Cells, rows: list[dict], plasticity: dict[str, dict[st
     """Writes the tables and figures of the done runs (``rows``: their Table 6); returns their report
     sections. Files found corrupt on the way are appended to ``problems``."""
     sections = _table6(rows, out) + _relative_gain(rows, out)
-    sections += _csv_section(out, "table1.csv", table1(rows), ("group", "mean_decrease", "p_value", "significant"),
+    sections += _csv_section(out, "table1.csv", table1(rows),
                              "## Table 1: decrease from MHA (points), Wilcoxon signed-rank over datasets\n\n",
                              ["group", "mean_decrease", "p_value", "significant", "n_datasets"])
     sections += _strategies(rows, out) + _figures(cells, rows, out, problems)
     return sections + _csv_section(out, "plasticity_vs_accuracy.csv", plasticity_vs_accuracy(rows, plasticity),
-                                   ("dataset", "spearman_rho", "p_value"),
                                    "## Plasticity vs accuracy (Spearman over ln1..fc2)\n\n",
                                    ["dataset", "spearman_rho", "p_value", "n_groups"])
 
 
-def _csv_section(out: Path, name: str, rows: list[dict], columns: tuple[str, ...], heading: str,
-                 shown: list[str]) -> list[str]:
-    """Writes ``rows`` as ``out/name`` (``columns``); returns their section (none without rows)."""
+def _csv_section(out: Path, name: str, rows: list[dict], heading: str, shown: list[str]) -> list[str]:
+    """Writes ``rows`` as ``out/name`` (the ``shown`` columns but the last, a count); returns their section (none
+    without rows)."""
     if not rows:
         return []
-    write_csv_atomic(out / name, rows, columns)
+    write_csv_atomic(out / name, rows, shown[:-1])
     return [heading + rows_md(rows, shown)]
 
 
-def claims_of(cells: Cells, plasticity: dict[str, dict[str, float]], problems: list[Problem],
-              select: str = "val") -> list[dict]:
-    """The rows of ``claims.csv`` from the done ``cells`` (screened: one grid, no target stuck at the majority
-    class), their Table 6, the analyses' P(f) and the chosen runs' metrics (corrupt files go to ``problems``)."""
+def claims_of(sweep: Sweep, select: str = "val") -> tuple[Cells, dict[str, dict], list[dict], list[Problem]]:
+    """The done cells of the sweep's finetuning and probe records, the analyses' P(f), the rows of ``claims.csv``
+    and the files that could not be used (the sweep's, then corrupt CSVs met on the way). The claims compare the
+    screened cells (one grid, no target stuck at the majority class), their Table 6, the analyses' P(f) and the
+    chosen runs' metrics."""
+    problems = list(sweep.problems)
+    cells = done_cells(sweep.finetune + sweep.probe)
+    plasticity = analysis_plasticity(sweep.analysis, problems)  # before the metrics: problems in this order
     kept, notes = screen(cells)
     rows = table6(kept, select) if kept else []
     left = {d for d, _, _ in cells} - {d for d, _, _ in kept}  # stuck at the majority class: out of P(f)'s too
-    plasticity = {t: p for t, p in plasticity.items() if t not in left}
     metrics = claim_metrics(chosen_runs(rows, kept), problems)
-    inputs = claim_inputs(rows, kept, plasticity, metrics)
+    inputs = claim_inputs(rows, kept, {t: p for t, p in plasticity.items() if t not in left}, metrics)
     inputs.notes = notes + edge_notes(rows, kept)
-    return evaluate_claims(inputs)
+    return cells, plasticity, evaluate_claims(inputs), problems
 
 
 def sweep_claims(sweep_dir: str | Path, select: str = "val") -> tuple[list[dict], list[Problem]]:
     """The rows of ``claims.csv`` for the sweep under ``sweep_dir`` (as :func:`write_report` computes
     them, writing nothing) and the files that could not be used."""
-    sweep = collect(sweep_dir)
-    problems = list(sweep.problems)
-    cells = done_cells(sweep.finetune + sweep.probe)
-    plasticity = analysis_plasticity(sweep.analysis, problems)  # before the metrics: problems in write_report's order
-    return claims_of(cells, plasticity, problems, select), problems
+    return claims_of(collect(sweep_dir), select)[2:]
 
 
 def _pretraining(sweep: Sweep, out: Path, problems: list[Problem]) -> list[str]:
@@ -324,11 +319,10 @@ def curves(cells: Cells, rows: list[dict], dataset: str, problems: list[Problem]
     learning rate (the input of :func:`figures.plot_curves`); corrupt metrics files go to ``problems``."""
     found = []
     for row in (r for r in rows if r["dataset"] == dataset and not is_probe(r["group"])):  # probes log no curves
-        group = row["group"]
-        record = cells[(dataset, group, row["lr"])][0]
-        columns = grad_columns(group, record)
+        record = cells[(dataset, row["group"], row["lr"])][0]
+        columns = grad_columns(row["group"], record)
         series = read_metrics(record["run_dir"], columns + ["val/loss"], problems)[0]
-        found.append({"group": group, "label": row["label"], "lr": row["lr"],
+        found.append({"group": row["group"], "label": row["label"], "lr": row["lr"],
                       "grad_norm": combined_grad_norm([series[c] for c in columns]), "val_loss": series["val/loss"]})
     return found
 

@@ -131,9 +131,8 @@ def run_config(cfg: DictConfig, identity: dict[str, Any], run_dir: str | Path, *
     optimizer = config.get("optimizer")
     if isinstance(optimizer, dict) and "_target_" in optimizer:
         optimizer["name"] = optimizer_name(optimizer["_target_"])
-    config["run"] = {**identity, "modality": model_modality(cfg), "name": cfg.get("run_name"), "dir": str(run_dir)}
-    config.update(extra)
-    return config
+    run = {**identity, "modality": model_modality(cfg), "name": cfg.get("run_name"), "dir": str(run_dir)}
+    return {**config, "run": run, **extra}
 
 
 def open_run(cfg: DictConfig, identity: dict[str, Any], run_dir: str | Path, **init: Any):
