@@ -153,9 +153,8 @@ def target_modules(model: "nn.Module", groups: str | Iterable[str], blocks: Iter
 
     groups, blocks = _groups(groups), None if blocks is None else list(blocks)
     p = Problems()
-    p.add(*(check_adapter(groups, adapter) if adapter else ()))  # the groups, then the numbers
-    if not adapter:
-        check_lora_groups(groups, p)
+    check_lora_groups(groups, p)
+    p.add(*(check_adapter(groups, adapter) if adapter else ()))  # the numbers (its group problems: the same, once)
     p.check(check_blocks, blocks, block_count(model))
     p.raise_if_any()
     located = {name: classify(f"{name}.weight") for name, m in model.named_modules() if isinstance(m, nn.Linear)}
@@ -204,7 +203,10 @@ def apply_lora(model: "nn.Module", groups: str | Iterable[str], blocks: Iterable
         raise ValueError("the model already holds LoRA layers; apply_lora adapts a plain timm model once. "
                          "Fix: build a fresh model (plasticity.models.create_model) and adapt that.")
     groups = _groups(groups)
-    _route_qkv_through_forward(model, targets)
+    # BEiT/EVA attention with q_bias skips its (adapted) qkv module's forward: routed through it until merge_lora
+    for parent in (model.get_submodule(name.rpartition(".")[0]) for name in targets if name.endswith(".qkv")):
+        if route_qkv_through_forward(parent):
+            _ROUTED.add(parent)
     from peft import LoraConfig, inject_adapter_in_model
 
     # peft matches each module name against the list exactly (or as a dotted suffix): full names adapt exactly these.
@@ -241,14 +243,6 @@ def lora_selection(model: "nn.Module", component: str, train_final_norm: bool = 
         chosen.setdefault(classify(name)[0] if split else component, []).append(name)
     return selection_of(model, component, {g: tuple(v) for g, v in chosen.items()}, groups, train_final_norm,
                         single=not split)
-
-
-def _route_qkv_through_forward(model: "nn.Module", names: list[str]) -> None:
-    """BEiT/EVA attention with ``q_bias`` skips its (adapted) ``qkv`` module's forward: routed through it
-    (:func:`plasticity.compat.route_qkv_through_forward`) until :func:`merge_lora`."""
-    for parent in (model.get_submodule(name.rpartition(".")[0]) for name in names if name.endswith(".qkv")):
-        if route_qkv_through_forward(parent):
-            _ROUTED.add(parent)
 
 
 # ------------------------------------------------------------------------------------- merge

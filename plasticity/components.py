@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple
 
 from plasticity.validate import Problems, check_dataset
 
@@ -44,8 +44,7 @@ if TYPE_CHECKING:
     import torch.nn as nn
 
 
-@dataclass(frozen=True)
-class Group:
+class Group(NamedTuple):
     """One trainable configuration: its config name and how every table, figure and analysis shows it.
 
     Attributes:
@@ -117,8 +116,7 @@ TEXT_FAMILIES: tuple[str, ...] = ("bert", "llama")
 """The layouts whose models read token ids (the others read images)."""
 
 
-@dataclass(frozen=True)
-class Site:
+class Site(NamedTuple):
     """Where a group's function sits in a block: the module whose input is the function's input and
     the modules whose outputs, side by side, are its output.
 
@@ -126,7 +124,8 @@ class Site:
     self-attention's input to the output projection's output (BERT's attention output adds the
     residual and normalises after it, so the MHA function ends at the projection).
     ``"mlp.gate_proj+mlp.up_proj"``: one input, the two outputs concatenated (SwiGLU's FC1, whose
-    plasticity is then that of the stacked linear map).
+    plasticity is then that of the stacked linear map). The function is *chained* (runs through two modules)
+    when its one output module is not its input module.
     """
 
     input: str
@@ -139,11 +138,6 @@ class Site:
             return cls(first, (last,))
         outputs = tuple(text.split("+"))
         return cls(outputs[0], outputs)
-
-    @property
-    def chained(self) -> bool:
-        """The function runs through two modules (input module, then the output module)."""
-        return self.outputs != (self.input,) and len(self.outputs) == 1
 
 
 SITES: dict[str, dict[str, Site]] = {
@@ -175,7 +169,6 @@ def group_module(model: "nn.Module", group: str, block: int) -> "nn.Module":
     return site_module(model, block, SITES[family_of(model)][group].input)
 
 
-LABELS: dict[str, str] = {g.name: g.label for g in GROUP_TABLE}
 COLORS: dict[str, str] = {g.name: g.color for g in GROUP_TABLE}
 
 
@@ -186,22 +179,18 @@ def label(tag: str) -> str:
     """How tables and figures name a configuration: a group by its label (``MHA``, ``full``), the others
     from their tag (``mha+fc1_b8-11`` -> ``MHA+FC1 b8-11``, ``mha_lora_r8`` -> ``MHA LoRA r8``, ``probe``
     -> ``linear probe (logistic regression)``); an unknown tag as it is."""
-    if tag in LABELS:
-        return LABELS[tag]
+    if tag in INFO:
+        return INFO[tag].label
     if is_probe(tag):  # probe_block_output_cls -> "(logistic regression, block_output cls)"
         variant = str(tag)[len(PROBE) + 1:].replace("block_output_", "block_output ")
         return "linear probe (logistic regression" + (f", {variant})" if variant else ")")
     parts = parse_tag(tag)
     if parts is None:
         return tag
-    text = "+".join(LABELS.get(g, g) for g in parts["groups"])
-    if parts["blocks"]:
-        text += f" {parts['blocks']}"
-    if parts["adapter"]:
-        text += f" {ADAPTER_LABELS.get(parts['adapter'], parts['adapter'])} r{parts['rank']}"
-    if parts["budget"] is not None:
-        text += f" budget {parts['budget']:g}"
-    return text
+    adapter, budget = parts["adapter"], parts["budget"]  # each part that is there, after the groups
+    extras = (parts["blocks"], adapter and f"{ADAPTER_LABELS.get(adapter, adapter)} r{parts['rank']}",
+              budget is not None and f"budget {budget:g}")
+    return " ".join(["+".join(INFO[g].label if g in INFO else g for g in parts["groups"]), *filter(None, extras)])
 
 
 def color(name: str) -> str:
@@ -501,13 +490,10 @@ def select(model: "nn.Module", component: str, train_final_norm: bool = True, bl
 def select_units(model: "nn.Module", units: Iterable[tuple[str, int | None]], train_final_norm: bool = True,
                  component: str = AUTO) -> Selection:
     """The selection that trains the given (group, block) units (block None: the group in every block)."""
-    groups = resolve(model)
-    picked: dict[str, set[str]] = {}
-    for group, block in units:
-        picked.setdefault(group, set()).update(n for n in groups[group]
-                                               if block is None or classify(n, block_count(model))[1] == block)
-    ordered = {g: tuple(n for n in groups[g] if n in picked[g]) for g in COMBINABLE if g in picked}
-    return selection_of(model, component, ordered, groups, train_final_norm, single=False)
+    units, groups, depth = set(units), resolve(model), block_count(model)
+    chosen = {g: tuple(n for n in groups[g] if {(g, None), (g, classify(n, depth)[1])} & units)
+              for g in COMBINABLE if any(unit[0] == g for unit in units)}
+    return selection_of(model, component, chosen, groups, train_final_norm, single=False)
 
 
 def selection_of(model: "nn.Module", component: str, chosen: dict[str, tuple[str, ...]],

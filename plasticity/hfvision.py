@@ -120,7 +120,5 @@ def processor_stats(folder: str | Path) -> tuple[list, list] | None:
     """``(image_mean, image_std)`` of the image processor saved in ``folder`` (``preprocessor_config.json``),
     or None when it has none."""
     path = Path(folder) / "preprocessor_config.json"
-    if not path.is_file():
-        return None
-    saved = json.loads(path.read_text())
+    saved = json.loads(path.read_text()) if path.is_file() else {}
     return (list(saved["image_mean"]), list(saved["image_std"])) if "image_mean" in saved else None

@@ -114,7 +114,8 @@ def apply_module(model: nn.Module, block: int, group: str, tokens: torch.Tensor,
         return module(F.pad(tokens, (0, module.in_features - tokens.shape[-1])))
     if group == "mha":
         out = first(module(tokens, **(attention or {})))
-        return site_module(model, block, site.outputs[0])(out) if site.chained else out
+        # chained (BERT's): from the self-attention's input to the output projection's output
+        return site_module(model, block, site.outputs[0])(out) if site.outputs[0] != site.input else out
     return torch.cat([site_module(model, block, name)(tokens) for name in site.outputs], dim=-1)
 
 
@@ -171,11 +172,8 @@ class RunningStats:
         self.mean = self.mean + delta * n_b / total.clamp_min(1)
         self.m2 = self.m2 + m2_b + delta**2 * self.count * n_b / total.clamp_min(1)
         self.count = total
-        self._update_hist(safe, valid)
-
-    def _update_hist(self, rates: torch.Tensor, valid: torch.Tensor) -> None:
-        low, high = HIST_RANGE
-        logs = torch.log10(rates.clamp_min(1e-30)).clamp(low, high - 1e-9)
+        low, high = HIST_RANGE  # the log-histogram: each valid rate's bin in its key's row
+        logs = torch.log10(safe.clamp_min(1e-30)).clamp(low, high - 1e-9)
         idx = ((logs - low) / (high - low) * HIST_BINS).long()
         offset = torch.arange(len(self.keys), device=idx.device)[:, None] * HIST_BINS
         self.hist.view(-1).scatter_add_(0, (idx + offset)[valid], torch.ones_like(logs)[valid])
@@ -198,18 +196,13 @@ class RunningStats:
         for i, (group, block) in enumerate(self.keys):
             n, std = int(count[i]), float(np.sqrt(var[i])) if count[i] > 1 else float("nan")
             n_ci = n if distinct is None else min(int(distinct), n)
-            half = ci95_half_width(std, n_ci)
+            # the Student-t 95% interval's half-width, t(0.975, n-1) * std / sqrt(n): NaN below 2 values
+            half = float(scipy_stats.t.ppf(0.975, n_ci - 1) * std / math.sqrt(n_ci)) if n_ci >= 2 else float("nan")
             q05, q50, q95 = histogram_quantiles(hist[i], (0.05, 0.5, 0.95))
             rows.append(dict(group=group, block=block, mean=float(mean[i]) if n else float("nan"), std=std,
                              ci95_low=float(mean[i]) - half, ci95_high=float(mean[i]) + half, q05=q05, q50=q50,
                              q95=q95, n_pairs=n, **({} if distinct is None else {"distinct_pairs": n_ci})))
         return rows
-
-
-def ci95_half_width(std: float, n: int) -> float:
-    """Half-width of the Student-t 95% interval of a mean over ``n`` independent values:
-    t(0.975, n-1) * std / sqrt(n) (NaN below 2 values)."""
-    return float(scipy_stats.t.ppf(0.975, n - 1) * std / math.sqrt(n)) if n >= 2 else float("nan")
 
 
 def histogram_quantiles(counts: np.ndarray, qs: tuple[float, ...]) -> list[float]:
@@ -365,8 +358,9 @@ class LayerHooks:
             self.handles += [site_module(model, key[1], name).register_forward_hook(record_output)
                              for name in site.outputs]
 
-    def pop(self) -> torch.Tensor:
-        """``(K, B)`` rates of the last forward pass, each over the function's own input distance."""
+    def rates(self, model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+        """``(K, B)`` rates of ``model``'s forward pass on ``inputs``, each over the function's own input distance."""
+        model.forward_features(inputs)
         nums = [parts[0] if len(parts) == 1 else torch.stack(parts).square().sum(dim=0).sqrt()
                 for parts in (self.outputs.pop(k) for k in self.keys)]
         return torch.stack([_rates(num, self.inputs.pop(k)) for num, k in zip(nums, self.keys)])
@@ -399,9 +393,7 @@ def measure(model: nn.Module, batches: Iterator[torch.Tensor], mode: str = "embe
     try:
         for images in batches:
             images = with_bos(model, images)
-            if hooks:
-                model.forward_features(images)
-            rates = hooks.pop() if hooks else embedding_rates(model, images, groups)
+            rates = hooks.rates(model, images) if hooks else embedding_rates(model, images, groups)
             stats.update(rates)
             if on_rates is not None:
                 on_rates(rates)

