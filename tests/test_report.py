@@ -2,16 +2,12 @@
 
 import csv
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from plasticity.report import ReportError, check_sweep_dir, read_metric, write_report
-from plasticity.report.__main__ import main
 
 DATASETS = ("d0", "d1", "d2")
 GROUPS = ("ln1", "mha", "fc1", "head")
@@ -273,13 +269,12 @@ def test_plasticity_vs_accuracy(sweep):
     assert float(row["spearman_rho"]) == pytest.approx(res.statistic)
 
 
-def test_cli_prints_report_path(tmp_path, capsys):
+def test_one_group_report_has_no_problems_and_skips_the_comparisons(tmp_path):
     record = dict(task="finetune", dataset="d", model="m", component="mha", optimizer="sgd", lr=0.1, seed=0,
                   status="done", best_val_acc=0.5, test_acc=0.4)
     write_run(tmp_path, "d", "mha", 0.1, 0, record)
-    assert main([str(tmp_path), "--select", "test"]) == 0
-    captured = capsys.readouterr()
-    assert captured.out.strip() == str(tmp_path / "report" / "report.md") and captured.err == ""
+    result = write_report(tmp_path, "test")
+    assert result.path == tmp_path / "report" / "report.md" and result.problems == []
     assert "## Problems (files that could not be used)\n\nNone." in (tmp_path / "report" / "report.md").read_text()
     assert table6_of(tmp_path / "report")[("d", "mha")]["mean"] == "40.0"
     assert not (tmp_path / "report" / "relative_gain.csv").exists()  # no head runs: skipped
@@ -356,18 +351,6 @@ def test_check_sweep_dir_names_the_problem_and_the_fix(tmp_path):
     with pytest.raises(ReportError, match="select='best'"):
         write_report(tmp_path / "ok", select="best")
     assert not (tmp_path / "ok" / "report").exists()
-
-
-def test_cli_exits_2_on_a_bad_sweep_dir_and_writes_nothing(tmp_path, capsys):
-    missing = tmp_path / "missing"
-    proc = subprocess.run([sys.executable, "-m", "plasticity.report", str(missing)], capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert f"sweep_dir='{missing}' does not exist" in proc.stderr
-    (tmp_path / "empty").mkdir()
-    assert main([str(tmp_path / "empty")]) == 2
-    assert "has no result.json under it" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["empty"]
 
 
 def test_several_optimizers_are_flagged(tmp_path):

@@ -14,7 +14,7 @@ Modules, each owning one thing:
 - :mod:`~plasticity.report.writer`: :func:`write_report`, which writes the report folder.
 - :mod:`~plasticity.report.summary`: the quickstart table (``python -m plasticity.report.summary``).
 
-``python -m plasticity.report <sweep_dir> [--select val|test] [--out DIR] [--optimizer NAME]`` writes the report.
+``python launch.py task=report sweep_dir=<sweep_dir> [task.select=test] [task.optimizer=NAME]`` writes the report.
 """
 
 from plasticity.report.collect import Sweep, check_sweep_dir, collect, read_metric

@@ -3,7 +3,7 @@
 ``python -m plasticity.report.paper OUT_DIR`` writes ``OUT_DIR/finetune/<target>/vit_base_patch16_224/<group>/
 sgd_lr_0.01/seed_<s>/result.json`` for the 11 targets and the configurations MHA, FC1, FC2, LN2, LN1 and full
 finetuning (three seeds whose test accuracies are mean - std, mean, mean + std: their mean and sample
-std are the table's), and one linear-probe record per target; then ``python -m plasticity.report OUT_DIR``.
+std are the table's), and one linear-probe record per target; then ``python launch.py task=report sweep_dir=OUT_DIR``.
 
 The table gives only the best accuracy over each learning-rate grid and no plasticity per target,
 so every record has the same placeholder learning rate (:data:`PLACEHOLDER_LR`), validation
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m plasticity.report.paper", description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     root = write_table6_sweep(parser.parse_args(argv).out_dir)
-    print(f"wrote the paper's Table 6 as records under {root}; report: python -m plasticity.report {root}")
+    print(f"wrote the paper's Table 6 as records under {root}; report: python launch.py task=report sweep_dir={root}")
 
 
 if __name__ == "__main__":

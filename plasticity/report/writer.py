@@ -162,8 +162,8 @@ def header_md(sweep: Sweep, done: int, select: str, problems: list[Problem], opt
 
 def warnings_md(runs: list[tuple[Path, dict]]) -> list[str]:
     """A warning per identity field (model, optimizer) whose several values are pooled in the tables."""
-    hints = {"model": "",
-             "optimizer": " Report one at a time: `python -m plasticity.report <sweep_dir> --optimizer NAME`."}
+    hints = {"model": "", "optimizer": " Report one at a time: `python launch.py task=report "
+                                       "sweep_dir=<sweep_dir> task.optimizer=NAME`."}
     values = {key: sorted({str(r.get(key)) for _, r in runs}) for key in hints}
     return [f"**Warning:** several {key}s are pooled in these tables: {', '.join(values[key])}.{hint}\n"
             for key, hint in hints.items() if len(values[key]) > 1]
