@@ -153,8 +153,9 @@ def target_modules(model: "nn.Module", groups: str | Iterable[str], blocks: Iter
 
     groups, blocks = _groups(groups), None if blocks is None else list(blocks)
     p = Problems()
-    check_lora_groups(groups, p)
-    p.add(*(check_adapter(groups, adapter) if adapter else ()))  # the numbers (its group problems: the same, once)
+    p.add(*(check_adapter(groups, adapter) if adapter else ()))  # the groups, then the numbers
+    if not adapter:
+        check_lora_groups(groups, p)
     p.check(check_blocks, blocks, block_count(model))
     p.raise_if_any()
     located = {name: classify(f"{name}.weight") for name, m in model.named_modules() if isinstance(m, nn.Linear)}

@@ -56,6 +56,29 @@ def corrupt(images: np.ndarray, name: str, severity: int, seed: int) -> np.ndarr
     return np.rint(np.clip(out, 0.0, 1.0) * 255.0).astype(np.uint8)  # clipped to [0, 1], quantised
 
 
+def _contrast(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
+    """Blend every image toward its per-channel mean."""
+    means = x.mean(axis=(1, 2), keepdims=True)
+    return (x - means) * _CONTRAST[s] + means
+
+
+def _gaussian_noise(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
+    """Add i.i.d. Gaussian noise on the ``[0, 1]`` scale."""
+    return x + rng.normal(scale=_GAUSSIAN[s], size=x.shape).astype(np.float32)
+
+
+def _impulse_noise(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
+    """Salt-and-pepper noise: a share of the values set to 0 or 1, each with probability 1/2."""
+    hit = rng.random(x.shape, dtype=np.float32) < _IMPULSE[s]
+    salt = rng.random(x.shape, dtype=np.float32) < 0.5
+    return np.where(hit, salt.astype(np.float32), x)
+
+
+def _speckle_noise(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
+    """Add multiplicative Gaussian noise."""
+    return x + x * rng.normal(scale=_SPECKLE[s], size=x.shape).astype(np.float32)
+
+
 def _motion_blur(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
     """Blur every image along a line with a random angle in [-45, 45] degrees."""
     radius, sigma = _MOTION[s]
@@ -120,14 +143,5 @@ def _snow(x: np.ndarray, s: int, rng: np.random.Generator) -> np.ndarray:
     return x + layer + layer[:, ::-1, ::-1]
 
 
-_FUNCTIONS = {  # name -> f(images in [0, 1], severity - 1, generator)
-    # every image blended toward its per-channel mean
-    "contrast": lambda x, s, rng: (x - (means := x.mean(axis=(1, 2), keepdims=True))) * _CONTRAST[s] + means,
-    # i.i.d. Gaussian noise on the [0, 1] scale
-    "gaussian_noise": lambda x, s, rng: x + rng.normal(scale=_GAUSSIAN[s], size=x.shape).astype(np.float32),
-    # salt and pepper: a share of the values (drawn first) set to 0 or 1, each with probability 1/2
-    "impulse_noise": lambda x, s, rng: np.where(rng.random(x.shape, dtype=np.float32) < _IMPULSE[s],
-                                                (rng.random(x.shape, dtype=np.float32) < 0.5).astype(np.float32), x),
-    "motion_blur": _motion_blur, "snow": _snow,
-    # multiplicative Gaussian noise
-    "speckle_noise": lambda x, s, rng: x + x * rng.normal(scale=_SPECKLE[s], size=x.shape).astype(np.float32)}
+_FUNCTIONS = {"contrast": _contrast, "gaussian_noise": _gaussian_noise, "impulse_noise": _impulse_noise,
+              "motion_blur": _motion_blur, "snow": _snow, "speckle_noise": _speckle_noise}

@@ -275,11 +275,12 @@ class DataModule(L.LightningDataModule):
             return self._loader(FileDataset(train, transform), ResumableLoader, batch_sampler=sampler)
         return self._loader(_BatchDataset(train), ResumableLoader, batch_size=None, sampler=sampler)
 
-    def val_dataloader(self, split: str = "val") -> DataLoader:
-        """The validation batches (``split="test"``: the test batches), each example once over the processes."""
-        arrays: ArraySet | TokenSet = getattr(self._splits(), split)
-        batches = eval_batches(len(arrays), self.eval_batch_size, *self._ranks())
-        return self._loader(_BatchDataset(arrays), batch_size=None, sampler=batches)
+    def val_dataloader(self) -> DataLoader:
+        return self._eval_loader(self._splits().val)
 
     def test_dataloader(self) -> DataLoader:
-        return self.val_dataloader("test")
+        return self._eval_loader(self._splits().test)
+
+    def _eval_loader(self, arrays: ArraySet | TokenSet) -> DataLoader:
+        batches = eval_batches(len(arrays), self.eval_batch_size, *self._ranks())
+        return self._loader(_BatchDataset(arrays), batch_size=None, sampler=batches)

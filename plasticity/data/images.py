@@ -90,8 +90,10 @@ class EvalImages:
         if isinstance(index, (int, np.integer)):
             return eval_image(self.files.path(int(index)), self.img_size)
         idx = np.arange(len(self))[index] if isinstance(index, slice) else np.asarray(index, dtype=np.int64)
-        return np.stack([eval_image(self.files.path(int(i)), self.img_size) for i in idx]) if len(idx) else (
-            np.empty((0, self.img_size, self.img_size, 3), dtype=np.uint8))
+        out = np.empty((len(idx), self.img_size, self.img_size, 3), dtype=np.uint8)
+        for k, i in enumerate(idx):
+            out[k] = eval_image(self.files.path(int(i)), self.img_size)
+        return out
 
 
 class FileDataset(Dataset):

@@ -72,9 +72,14 @@ def open_prepared(name: str, prepared_dir: str | Path, img_size: int, split_hash
         raise DataError(f"{name}: the prepared arrays in {directory} were made from different files (split hash "
                         f"{info.get('split_hash')}, the data on disk gives {split_hash}). Fix: re-run "
                         f"`python launch.py task=prepare dataset={name}` (or delete {directory}).")
-    load = lambda split, file: _open(directory / file, name, info["sizes"][split])  # noqa: E731
-    return {split: ArraySet(load(split, f"{split}.npy"), np.asarray(load(split, f"{split}_labels.npy"), dtype=np.int64),
-                            load(split, "train_sizes.npy") if split == "train" else None) for split in SPLITS}
+    out = {}
+    for split in SPLITS:
+        rows = info["sizes"][split]
+        images = _open(directory / f"{split}.npy", name, rows)
+        labels = np.asarray(_open(directory / f"{split}_labels.npy", name, rows), dtype=np.int64)
+        sizes = _open(directory / "train_sizes.npy", name, rows) if split == "train" else None
+        out[split] = ArraySet(images, labels, sizes)
+    return out
 
 
 # ----------------------------------------------------------------------------- writing

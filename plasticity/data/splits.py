@@ -114,6 +114,19 @@ def expected_classes(name: str, num_classes: int | None) -> int:
     return num_classes or source(name).num_classes
 
 
+def _check_classes(name: str, data_dir: Path, labels: np.ndarray, expected: int) -> None:
+    src = source(name)
+    if isinstance(src, ImageFolder):
+        found = len(src.classes(data_dir))
+        if found != expected and not src.reference_only:  # the reference's labels are never used
+            raise DataError(f"{name}: found {found} class folders in {src.path(data_dir)}, expected {expected} "
+                            f"(an incomplete extraction?). Fix: fetch the whole dataset ({src.fetch}), or set "
+                            f"dataset.num_classes={found} to use these classes only.")
+    elif len(labels) and (labels.min() < 0 or labels.max() >= expected):
+        raise DataError(f"{name}: labels span {labels.min()}..{labels.max()}, outside 0..{expected - 1} "
+                        f"(dataset.num_classes={expected}); the files in {src.path(data_dir)} are corrupt.")
+
+
 def example_list(name: str, part: str) -> str:
     """The list an example of ``name``'s ``part`` (``all``, ``train`` or ``test`` as the source reads it) comes
     from: a corrupted set holds its clean source's examples (``text/bbc_news_c/word_drop``: the BBC News
@@ -156,16 +169,7 @@ def official_splits(name: str, data_dir: str | Path, *, severity: int = 5, num_c
     if "val" in parts:  # the user's own validation split (a folder's val/, a table's): kept whole
         origin.update(train=("train", _every(parts["train"])), val=("val", _every(parts["val"])))
     sets = {k: parts[part if part in parts else "test"].subset(idx) for k, (part, idx) in origin.items()}
-    labels, data_dir = np.concatenate([s.labels for s in sets.values()]), Path(data_dir)
-    if isinstance(src, ImageFolder):
-        found = len(src.classes(data_dir))
-        if found != expected and not src.reference_only:  # the reference's labels are never used
-            raise DataError(f"{name}: found {found} class folders in {src.path(data_dir)}, expected {expected} "
-                            f"(an incomplete extraction?). Fix: fetch the whole dataset ({src.fetch}), or set "
-                            f"dataset.num_classes={found} to use these classes only.")
-    elif len(labels) and (labels.min() < 0 or labels.max() >= expected):
-        raise DataError(f"{name}: labels span {labels.min()}..{labels.max()}, outside 0..{expected - 1} "
-                        f"(dataset.num_classes={expected}); the files in {src.path(data_dir)} are corrupt.")
+    _check_classes(name, Path(data_dir), np.concatenate([s.labels for s in sets.values()]), expected)
     corrupted = getattr(src, "corruption", None) is not None  # the *_c sets: each severity is another set
     digest = _split_hash(name, severity if corrupted else None, [(sets[k], idx) for k, (_, idx) in origin.items()])
     examples = {k: (example_list(name, part), idx) for k, (part, idx) in origin.items()}

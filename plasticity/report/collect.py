@@ -85,10 +85,13 @@ def check_sweep_dir(path: str | Path | None, runs: Callable[[Path], Iterator[Pat
     if path is None or str(path) == "":
         return f"sweep_dir is not set. {SWEEP_DIR_FIX}"
     shown, path = f"sweep_dir={str(path)!r}", Path(path)
-    found = path.is_dir() and next(runs(path) if runs else visible_files(path, RESULT_FILE), None) is not None
-    problem = None if found else "does not exist" if not path.exists() else (
-        "is a file, not a directory" if not path.is_dir() else f"has {no_runs}")
-    return problem and f"{shown} {problem}. {SWEEP_DIR_FIX}"
+    if not path.exists():
+        return f"{shown} does not exist. {SWEEP_DIR_FIX}"
+    if not path.is_dir():
+        return f"{shown} is a file, not a directory. {SWEEP_DIR_FIX}"
+    if next(runs(path) if runs else visible_files(path, RESULT_FILE), None) is None:
+        return f"{shown} has {no_runs}. {SWEEP_DIR_FIX}"
+    return None
 
 
 def _is_number(value: object) -> bool:
@@ -202,12 +205,14 @@ def _table(path: Path) -> tuple[list[str], Iterator[tuple[int, list[str]]]]:
         if header is None:
             raise ValueError("empty file")
         rows = [(reader.line_num, row) for row in reader if row]
-    # checked as read: a bad cell above a short row is named first
-    return header, ((line, row) if len(row) == len(header) else _short(line) for line, row in rows)
+    return header, _same_length(header, rows)
 
 
-def _short(line: int):
-    raise ValueError(f"line {line}: field count differs from the header's (truncated?)")
+def _same_length(header: list[str], rows: list[tuple[int, list[str]]]) -> Iterator[tuple[int, list[str]]]:
+    for line, row in rows:  # checked as read: a bad cell above a short row is named first
+        if len(row) != len(header):
+            raise ValueError(f"line {line}: field count differs from the header's (truncated?)")
+        yield line, row
 
 
 def _rows(path: Path) -> Iterator[tuple[int, dict]]:

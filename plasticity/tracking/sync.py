@@ -44,9 +44,12 @@ def _empty(folder: Path) -> bool:
 def sync_command(paths: list[Path], entity: str | None = None, project: str | None = None,
                  dry_run: bool = False, include_synced: bool = False) -> list[str]:
     """The ``wandb sync`` command line for ``paths`` (the CLI of the running environment)."""
-    flags = {"--entity": entity, "--project": project, "--include-synced": include_synced, "--dry-run": dry_run}
-    options = [part for flag, value in flags.items() if value for part in ([flag] if value is True else [flag, value])]
-    return [sys.executable, "-m", "wandb", "sync", *options, *(str(p) for p in paths)]
+    cmd = [sys.executable, "-m", "wandb", "sync"]
+    cmd += ["--entity", entity] if entity else []
+    cmd += ["--project", project] if project else []
+    cmd += ["--include-synced"] if include_synced else []
+    cmd += ["--dry-run"] if dry_run else []
+    return cmd + [str(p) for p in paths]
 
 
 def main(argv: list[str] | None = None) -> int:
