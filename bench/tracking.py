@@ -36,11 +36,12 @@ def run(cwd: Path, logger: str, steps: int) -> float:
 
 
 def read_speed(root: Path) -> tuple[int, float]:
-    from plasticity.tracking.runfile import records, run_files
+    from plasticity.compat import run_file_records
+    from plasticity.tracking.runfile import run_files
 
     files = run_files(root)
     start = time.perf_counter()
-    n = sum(1 for f in files for _ in records(f))
+    n = sum(1 for f in files for _ in run_file_records(f))
     return n, time.perf_counter() - start
 
 

@@ -25,8 +25,9 @@ def test_plan_sweeper_numbers_jobs_like_hydras_basic_sweeper():
 
     changed = (f"hydra-core {version('hydra-core')} moved or changed its basic sweeper (checked against 1.3.8): "
                f"re-read hydra/_internal/core_plugins/basic_sweeper.py")
+    sweeper = basic_sweeper()  # importing its module registers its config (alone, nothing else has yet)
     registered = ConfigStore.instance().load("hydra/sweeper/basic.yaml").node._target_
-    assert registered == f"{basic_sweeper().__module__}.{basic_sweeper().__name__}", changed
+    assert registered == f"{sweeper.__module__}.{sweeper.__name__}", changed
     # params first; a later override of a key replaces the earlier one in its place; the first key varies slowest
     jobs = PlanSweeper.job_lists({"model": "a,b", "seed": "1,2"}, ["component=ln1,mha", "seed=5", "lr=0.1"])
     assert jobs == [[f"model={m}", "seed=5", f"component={c}", "lr=0.1"] for m in "ab" for c in ("ln1", "mha")], changed
