@@ -148,20 +148,16 @@ def sample_crops(batch: int, height: int | torch.Tensor, width: int | torch.Tens
     ok = (cw > 0) & (cw <= width[:, None]) & (ch > 0) & (ch <= height[:, None])
     first = ok.int().argmax(dim=1, keepdim=True)
     found = ok.any(dim=1)
-    fh, fw = _fallback_size(height, width, ratio)
+    # No candidate fits: torchvision's fallback, the whole image clamped to the aspect ratio bounds.
+    in_ratio, lo, hi = width.double() / height.double(), min(ratio), max(ratio)
+    fh = torch.where(in_ratio < lo, torch.round(width / lo).long(), height)
+    fw = torch.where(in_ratio > hi, torch.round(height * hi).long(), width)
     ch = torch.where(found, ch.gather(1, first).squeeze(1), fh)
     cw = torch.where(found, cw.gather(1, first).squeeze(1), fw)
     u = torch.rand(2, batch, device=device)
     top = torch.where(found, torch.minimum((u[0] * (height - ch + 1)).long(), height - ch), (height - fh) // 2)
     left = torch.where(found, torch.minimum((u[1] * (width - cw + 1)).long(), width - cw), (width - fw) // 2)
     return top, left, ch, cw
-
-
-def _fallback_size(height: torch.Tensor, width: torch.Tensor, ratio: tuple[float, float]):
-    """torchvision's fallback: the whole image, clamped to the aspect ratio bounds."""
-    in_ratio, lo, hi = width.double() / height.double(), min(ratio), max(ratio)
-    fh = torch.where(in_ratio < lo, torch.round(width / lo).long(), height)
-    return fh, torch.where(in_ratio > hi, torch.round(height * hi).long(), width)
 
 
 def resize_weights(size: int, start: torch.Tensor, length: torch.Tensor, out: int) -> torch.Tensor:

@@ -435,14 +435,13 @@ class ImageFolder(Source):
 
     def _read(self, data_dir: Path, severity: int) -> dict[str, Part]:
         root = self.path(data_dir)
-        files, labels = [], []
-        for label, cls in enumerate(self.classes(data_dir)):
-            names = sorted(p.name for p in (root / cls).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-            files += [f"{cls}/{n}" for n in names]
-            labels += [label] * len(names)
-        if not files:
+        images = [(f"{cls}/{name}", label) for label, cls in enumerate(self.classes(data_dir))
+                  for name in sorted(p.name for p in (root / cls).iterdir()
+                                     if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())]
+        if not images:
             raise self.error(data_dir, "the class folders hold no image")
-        return {self.split: FileSet(root, tuple(files), np.asarray(labels, dtype=np.int64))}
+        files, labels = zip(*images)
+        return {self.split: FileSet(root, files, np.asarray(labels, dtype=np.int64))}
 
 
 # ----------------------------------------------------------------------------- the user's own data
@@ -512,7 +511,6 @@ class Folder(ImageFolder):
         skip_unreadable: Leave out the files that are not images (else they are an error naming them).
     """
 
-    split, reference_only = "all", False
     layout = "one folder per class holding its images (<class>/<image>), or train/, test/ (and val/) holding them"
     fetch = "Fix: dataset.root=<a folder of class folders>."
 

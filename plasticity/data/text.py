@@ -114,7 +114,7 @@ _DROP_RATE = (0.1, 0.2, 0.3, 0.4, 0.5)
 """Share of the words dropped."""
 _SHUFFLE_SPAN = (2.0, 3.0, 4.0, 6.0, 8.0)
 """Word ``i`` is sorted by ``i + U(0, span)``: it moves fewer than ``span`` places (Lample et al., 2018)."""
-_WORD = re.compile(r"\S+")
+_WORD = re.compile(r"(\S+)")  # captured: re.split keeps the words, between the whitespace around them
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
@@ -157,17 +157,6 @@ def _typo(word: str, u: float) -> str:
     return word[:i] + letter + word[i + 1:]
 
 
-def _rebuild(text: str, spans: list[tuple[int, int]], words: list[str | None]) -> str:
-    """``text`` with word ``k`` (at ``spans[k]``) replaced by ``words[k]``; None drops the word and the
-    whitespace after it. Every other whitespace (line breaks included) stays where it was."""
-    after = [start for start, _ in spans[1:]] + [len(text)]  # where the whitespace after each word ends
-    out = [text[:spans[0][0]]]
-    for (_, stop), end, word in zip(spans, after, words):
-        if word is not None:
-            out += [word, text[stop:end]]
-    return "".join(out)
-
-
 def corrupt_text(text: str, name: str, severity: int, seed: int) -> str:
     """One text corrupted at one severity.
 
@@ -189,10 +178,10 @@ def corrupt_text(text: str, name: str, severity: int, seed: int) -> str:
     """
     check_corruption(name)
     check_severity(severity)
-    spans = [m.span() for m in _WORD.finditer(text)]
-    if not spans:
+    pieces = _WORD.split(text)  # [leading whitespace, word 0, whitespace after it, word 1, ...]
+    words, gaps = pieces[1::2], pieces[2::2]
+    if not words:
         return text
-    words = [text[a:b] for a, b in spans]
     # Only random() is drawn: Python guarantees its sequence for a seed across versions and machines.
     draw = random.Random(seed).random
     level = int(severity) - 1
@@ -206,7 +195,8 @@ def corrupt_text(text: str, name: str, severity: int, seed: int) -> str:
     else:
         keys = [i + draw() * _SHUFFLE_SPAN[level] for i in range(len(words))]
         new = [words[i] for i in sorted(range(len(words)), key=keys.__getitem__)]
-    return _rebuild(text, spans, new)
+    # A dropped word (None) takes the whitespace after it along; every other whitespace stays where it was.
+    return pieces[0] + "".join(word + gap for word, gap in zip(new, gaps) if word is not None)
 
 
 def corrupt_texts(texts: Sequence[str], corpus: str, name: str, severity: int) -> tuple[str, ...]:
