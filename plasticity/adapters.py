@@ -249,49 +249,30 @@ def lora_selection(model: "nn.Module", component: str, train_final_norm: bool = 
 # ------------------------------------------------------------------------------------- merge
 
 
-def _lora_layers(model: "nn.Module") -> dict[str, "nn.Module"]:
-    from peft.tuners.lora import LoraLayer
-
-    return {name: m for name, m in model.named_modules() if isinstance(m, LoraLayer)}
-
-
 def merged_state_dict(model: "nn.Module") -> dict[str, "torch.Tensor"]:
     """A plain timm state dict of an adapted model, each LoRA update folded into its base weight.
 
     ``W + (alpha / r) * B @ A`` under the original name (``blocks.0.attn.qkv.weight``); no
-    ``base_layer`` or ``lora_`` key. The model is not changed. The head and every other tensor are
-    included as they are (copies, on the model's device). A model without LoRA gives its own state
-    dict.
+    ``base_layer`` or ``lora_`` key. The model is not changed: a copy of it is merged
+    (:func:`merge_lora`, a weight that is not finite kept as it is), so every tensor is a copy, on
+    the model's device, the head included. A model without LoRA gives its own state dict.
     """
-    import torch
+    import copy
 
-    layers = _lora_layers(model)
-    out: dict[str, torch.Tensor] = {}
-    with torch.no_grad():
-        for key, value in model.state_dict().items():
-            prefix, base, rest = key.partition(".base_layer.")
-            if base:  # an adapted Linear's own tensor, under its original name
-                layer, value = layers[prefix], value.detach().clone()
-                for adapter in layer.active_adapters if rest == "weight" else ():
-                    if adapter in layer.lora_A and adapter not in layer.merged_adapters:
-                        value += layer.get_delta_weight(adapter).to(value.dtype)
-                out[f"{prefix}.{rest}"] = value
-            elif not any(key.startswith(p + ".") for p in layers):  # lora_A / lora_B / other adapter state: left out
-                out[key] = value.detach().clone()
-    return out
+    return merge_lora(copy.deepcopy(model), safe_merge=False).state_dict()
 
 
-def merge_lora(model: "nn.Module") -> "nn.Module":
+def merge_lora(model: "nn.Module", safe_merge: bool = True) -> "nn.Module":
     """Folds every LoRA update into its base weight and puts the plain Linears back, in place.
 
     Returns ``model`` (the same object), now a plain timm model whose parameter names are the
-    original ones. Raises ValueError when a merged weight is not finite (peft's ``safe_merge``).
+    original ones. With ``safe_merge``, raises ValueError when a merged weight is not finite (peft's).
     """
-    for name, layer in _lora_layers(model).items():
-        layer.merge(safe_merge=True)
-        parent_name, _, leaf = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, leaf, layer.get_base_layer())
+    from peft.tuners.lora import LoraLayer
+
+    for name, layer in [(name, m) for name, m in model.named_modules() if isinstance(m, LoraLayer)]:
+        layer.merge(safe_merge=safe_merge)
+        model.set_submodule(name, layer.get_base_layer())
     for module in model.modules():
         if module in _ROUTED:
             restore_qkv(module)

@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 from plasticity.errors import WeightsError
 
-__all__ = ["FAMILIES", "HF_PREFIX", "IMAGE_FAMILIES", "WHEELS", "Located", "Wheel", "is_text_model", "is_vision_model",
-           "load_tokenizer", "locate", "package_folder", "tokenizer_fingerprint"]
+__all__ = ["FAMILIES", "HF_PREFIX", "IMAGE_FAMILIES", "WHEELS", "Located", "Wheel", "from_files", "is_text_model",
+           "is_vision_model", "load_tokenizer", "locate", "package_folder", "tokenizer_fingerprint"]
 
 HF_PREFIX = "hf:"
 """``model.name=hf:<id or folder>``: any Hugging Face model of :data:`FAMILIES`."""
@@ -181,22 +181,36 @@ def tokenizer_fingerprint(name: str) -> str:
     return digest.hexdigest()[:12]
 
 
+def from_files(auto_class, name: str, **kwargs):
+    """``auto_class.from_pretrained`` (``AutoConfig``, ``AutoTokenizer``, ``AutoModel``) on the files of
+    model ``name`` (:func:`locate`): local files only unless ``hf:<hub id>``; ``kwargs`` go along.
+
+    Raises:
+        WeightsError: the files cannot be found (:func:`locate`), fetched or read, naming the fix.
+    """
+    located = locate(name)
+    try:
+        return auto_class.from_pretrained(located.path, gguf_file=located.gguf_file, local_files_only=not located.hub,
+                                          **kwargs)
+    except (OSError, ValueError) as err:
+        said = " ".join(str(err).split())  # one line: transformers' messages span several
+        fix = ("download it where there is internet (huggingface-cli download ...) and set model.name=hf:<that folder>"
+               if located.hub else "reinstall or re-save the model (and its tokenizer) there, or another model.name")
+        where = "the Hugging Face hub" if located.hub else located.path
+        raise WeightsError(f"model.name={name!r}: {auto_class.__name__} could not load it from {where} ({said}). "
+                           f"Fix: {fix}.") from err
+
+
 @lru_cache(maxsize=4)
 def load_tokenizer(name: str):
-    """The model's own tokenizer (``transformers.AutoTokenizer``), local files only unless ``hf:<hub id>``.
+    """The model's own tokenizer (``transformers.AutoTokenizer``, :func:`from_files`).
 
     Raises:
         WeightsError: the files cannot be found (:func:`locate`) or hold no tokenizer.
     """
     from transformers import AutoTokenizer
 
-    located = locate(name)
-    try:
-        return AutoTokenizer.from_pretrained(located.path, gguf_file=located.gguf_file,
-                                             local_files_only=not located.hub)
-    except (OSError, ValueError) as err:
-        raise WeightsError(f"model.name={name!r}: no tokenizer could be loaded from {located.path} ({err}). Fix: "
-                           f"save the tokenizer beside the weights, or another model.name.") from err
+    return from_files(AutoTokenizer, name)
 
 
 def family_of_config(config) -> str:

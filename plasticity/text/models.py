@@ -31,7 +31,7 @@ import torch.nn as nn
 from plasticity.data.text import PAD  # the padding id of every token batch: the data layer's
 from plasticity.errors import WeightsError
 from plasticity.hfvision import HFClassifier, HFVisionTransformer, processor_stats
-from plasticity.text.hub import FAMILIES, IMAGE_FAMILIES, family_of_config, is_vision_model, locate
+from plasticity.text.hub import FAMILIES, IMAGE_FAMILIES, family_of_config, from_files, is_vision_model, locate
 
 __all__ = ["FAMILIES", "PAD", "TextTransformer", "check_text_model", "create_hf_model", "create_text_model",
            "family_of_config", "max_positions", "text_config", "tiny_config"]
@@ -167,19 +167,7 @@ def text_config(name: str):
     (a GGUF file's config takes seconds to parse)."""
     from transformers import AutoConfig
 
-    located = locate(name)
-    try:
-        return AutoConfig.from_pretrained(located.path, gguf_file=located.gguf_file, local_files_only=not located.hub)
-    except (OSError, ValueError) as err:
-        raise WeightsError(_fetch_message(name, err, located.hub)) from err
-
-
-def _fetch_message(name: str, err: BaseException, hub: bool) -> str:
-    err = " ".join(str(err).split())  # one line: transformers' messages span several
-    if hub:
-        return (f"model.name={name!r}: could not load it from the Hugging Face hub ({err}). Fix: download it where "
-                f"there is internet (huggingface-cli download ...) and set model.name=hf:<that folder>.")
-    return f"model.name={name!r}: its files could not be read ({err}). Fix: reinstall or re-save the model."
+    return from_files(AutoConfig, name)
 
 
 def create_hf_model(name: str, num_classes: int, pretrained: bool = True, weights_file: str | None = None,
@@ -210,16 +198,13 @@ def create_hf_model(name: str, num_classes: int, pretrained: bool = True, weight
         located = locate(name)
         log.info("loading %s from %s%s", name, located.path, f" ({located.gguf_file}, dequantised to fp32)"
                  if located.gguf_file else "")
+        # transformers reports the checkpoint's pooler (left out on purpose) as unexpected: an error-level
+        # logger keeps that table out of the run's log; real failures raise.
+        verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()  # per-tensor bars: hundreds of lines in a sweep's log
         try:
-            # transformers reports the checkpoint's pooler (left out on purpose) as unexpected: an error-level
-            # logger keeps that table out of the run's log; real failures raise.
-            verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-            hf_logging.set_verbosity_error()
-            hf_logging.disable_progress_bar()  # per-tensor bars: hundreds of lines in a sweep's log
-            backbone = AutoModel.from_pretrained(located.path, config=config, gguf_file=located.gguf_file,
-                                                 local_files_only=not located.hub, **built)
-        except (OSError, ValueError) as err:
-            raise WeightsError(_fetch_message(name, err, located.hub)) from err
+            backbone = from_files(AutoModel, name, config=config, **built)
         finally:
             hf_logging.set_verbosity(verbosity)
             if bars:
