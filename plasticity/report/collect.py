@@ -167,26 +167,22 @@ def collect(sweep_dir: str | Path, probes: bool = True) -> Sweep:
     """
     sweep = Sweep(Path(sweep_dir))
     sweep.probe_dir = probe_dir(sweep.root) if probes else None
-    _read(sweep, sweep.root, ("finetune", PROBE_TASK, "plasticity", PRETRAIN_TASK))
-    for root, tasks in ((sweep.probe_dir, (PROBE_TASK,)), (pretrain_dir(sweep.root), (PRETRAIN_TASK,))):
-        if root is not None:
-            _read(sweep, root, tasks)
-    return sweep
-
-
-def _read(sweep: Sweep, root: Path, tasks: tuple[str, ...]) -> None:
     lists = {"finetune": sweep.finetune, PROBE_TASK: sweep.probe, "plasticity": sweep.analysis,
              PRETRAIN_TASK: sweep.pretrain}
-    for path in sorted(visible_files(root, RESULT_FILE)):
-        record, problem = read_record(path)
-        if problem := problem or record_problem(record):
-            sweep.problems.append((str(path), problem))
-        elif record["task"] in tasks:
-            # a linear probe's configuration from its features and pool (:func:`plasticity.components.probe_tag`;
-            # records written before the tag held them say ``probe`` whatever their features)
-            if record["task"] == PROBE_TASK and "features" in record:
-                record = {**record, "component": probe_tag(record["features"], record.get("pool"))}
-            lists[record["task"]].append((path.parent, record))
+    # every task from the sweep, then the probes and the pretraining runs of its sibling folders
+    for root, tasks in ((sweep.root, tuple(lists)), (sweep.probe_dir, (PROBE_TASK,)),
+                        (pretrain_dir(sweep.root), (PRETRAIN_TASK,))):
+        for path in sorted(visible_files(root, RESULT_FILE)) if root is not None else ():
+            record, problem = read_record(path)
+            if problem := problem or record_problem(record):
+                sweep.problems.append((str(path), problem))
+            elif record["task"] in tasks:
+                # a linear probe's configuration from its features and pool (:func:`plasticity.components.probe_tag`;
+                # records written before the tag held them say ``probe`` whatever their features)
+                if record["task"] == PROBE_TASK and "features" in record:
+                    record = {**record, "component": probe_tag(record["features"], record.get("pool"))}
+                lists[record["task"]].append((path.parent, record))
+    return sweep
 
 
 def _number(text: str, column: str, line: int) -> float:
@@ -281,11 +277,9 @@ def claim_metrics(chosen: dict[tuple[str, str], list[dict]],
     """What the claims read of the chosen runs (:func:`plasticity.report.claims.chosen_runs`): per
     (target, group), per run, ``grad_norm/<group>`` and every ``plasticity/<g>`` (:func:`read_metrics`);
     corrupt files go to ``problems`` (once each)."""
-    out: dict[tuple[str, str], list[dict[str, Series]]] = {}
-    for (target, group), records in chosen.items():
-        columns = [f"grad_norm/{group}"] + [f"plasticity/{g}" for g in GROUPS]
-        out[(target, group)] = [read_metrics(record["run_dir"], columns, problems)[0] for record in records]
-    return out
+    plasticity = [f"plasticity/{g}" for g in GROUPS]
+    return {(target, group): [read_metrics(r["run_dir"], [f"grad_norm/{group}", *plasticity], problems)[0]
+                              for r in records] for (target, group), records in chosen.items()}
 
 
 def analysis_plasticity(analysis: list[tuple[Path, dict]], problems: list[Problem]) -> dict[str, dict[str, float]]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+from matplotlib.artist import setp
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
@@ -86,16 +87,21 @@ def plot_distribution(stats: "RunningStats", path: str | Path, title: str = "") 
     save(ax.figure, path)
 
 
+def _group_lines(ax, points: dict[str, list[tuple[float, float]]], **style) -> None:
+    """A line through the (x, y) points of each group that has some, in :data:`GROUPS` order, in the
+    group's colour and with its label; ``style``: more ``Axes.plot`` arguments."""
+    for group in (g for g in GROUPS if points.get(g)):
+        x, y = zip(*points[group])
+        ax.plot(x, y, color=color(group), label=label(group), **style)
+
+
 def plot_depth(rows: list[dict], path: str | Path, title: str = "") -> None:
     """Mean plasticity per block against depth in percent, with the 95% CI of the mean."""
     ax = Figure(figsize=(6, 3.5)).subplots()
-    for group in GROUPS:
-        mine = sorted((r for r in rows if r["group"] == group), key=lambda r: r["block"])
-        if not mine:
-            continue
-        depth = [r["depth_pct"] for r in mine]
-        ax.plot(depth, [r["mean"] for r in mine], marker="o", ms=3, color=color(group), label=label(group))
-        ax.fill_between(depth, [r["ci95_low"] for r in mine], [r["ci95_high"] for r in mine],
+    by = {g: sorted((r for r in rows if r["group"] == g), key=lambda r: r["block"]) for g in GROUPS}
+    _group_lines(ax, {g: [(r["depth_pct"], r["mean"]) for r in mine] for g, mine in by.items()}, marker="o", ms=3)
+    for group, mine in ((g, mine) for g, mine in by.items() if mine):
+        ax.fill_between([r["depth_pct"] for r in mine], [r["ci95_low"] for r in mine], [r["ci95_high"] for r in mine],
                         color=color(group), alpha=0.2)
     ax.set_yscale("log")
     ax.set(xlabel="depth (%)", ylabel="plasticity P(f)")
@@ -148,8 +154,7 @@ def plot_relative_gain(gains: list[dict], path: str | Path) -> None:
     labels = column_labels([g["group"] for g in avg] + [g["baseline"] for g in avg if g.get("baseline")])
     ax, _ = _bars("relative gain over linear probing (%)", avg, [labels[g["group"]] for g in avg],
                   [g["gain_pct"] for g in avg])
-    for tick in ax.get_xticklabels():
-        tick.set_horizontalalignment("right")
+    setp(ax.get_xticklabels(), horizontalalignment="right")
     save(ax.figure, path)
 
 
@@ -212,8 +217,7 @@ def plot_curves(curves: list[dict], dataset: str, path: str | Path) -> bool:
     Returns:
         False, and nothing written, when no curve has any point.
     """
-    fig = Figure(figsize=(9, 3.2))
-    axes = [fig.add_subplot(1, 2, i + 1) for i in range(len(CURVE_PANELS))]
+    axes = Figure(figsize=(9, 3.2)).subplots(1, len(CURVE_PANELS))
     for ax, (key, name, scale) in zip(axes, CURVE_PANELS):
         for curve in curves:
             steps, values = curve[key]
@@ -224,7 +228,7 @@ def plot_curves(curves: list[dict], dataset: str, path: str | Path) -> bool:
         ax.grid(True, alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
-    return any(ax.lines for ax in axes) and save(fig, path)
+    return any(ax.lines for ax in axes) and save(axes[0].figure, path)
 
 
 def pareto_figure(points: list[dict], dataset: str) -> Figure | None:
@@ -305,19 +309,14 @@ def plot_during_training(panels: list[tuple[str, dict[int, dict[str, float]]]], 
     panels = [(title, curves) for title, curves in panels if curves]
     if not panels:
         return False
-    fig = Figure(figsize=(6.5, 3.6 * len(panels)))
-    for i, (title, curves) in enumerate(panels):
-        ax = fig.add_subplot(len(panels), 1, i + 1)
-        values = []
-        for group in GROUPS:
-            points = sorted((s, v[group]) for s, v in curves.items() if group in v)
-            if points:
-                ax.plot([s for s, _ in points], [v for _, v in points], marker="o", ms=3, color=color(group),
-                        label=label(group))
-                values += [v for _, v in points]
+    axes = Figure(figsize=(6.5, 3.6 * len(panels))).subplots(len(panels), squeeze=False)[:, 0]
+    for ax, (title, curves) in zip(axes, panels):
+        points = {g: sorted((s, v[g]) for s, v in curves.items() if g in v) for g in GROUPS}
+        _group_lines(ax, points, marker="o", ms=3)
+        values = [v for mine in points.values() for _, v in mine]
         ax.set(xlabel="pretraining step (0: random init)", ylabel="plasticity P(f), mean over blocks",
                yscale="log" if values and min(values) > 0 and max(values) / min(values) >= 10 else "linear")
         ax.set_title(title, fontsize=8)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    return save(fig, path)
+    return save(axes[0].figure, path)

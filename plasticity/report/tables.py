@@ -18,7 +18,7 @@ record's ``strategy`` (:func:`plasticity.components.strategy_of` its tag for rec
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable
 
@@ -106,8 +106,7 @@ def shared_seeds(cells: Cells) -> list[dict]:
     probes on other features, or several models): dataset, group, lr and the repeated seeds."""
     out = []
     for (d, g, lr), records in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1], _lr_order(kv[0][2]))):
-        seeds = [r.get("seed") for r in records]
-        repeated = sorted({s for s in seeds if seeds.count(s) > 1}, key=str)
+        repeated = sorted((s for s, n in Counter(r.get("seed") for r in records).items() if n > 1), key=str)
         if repeated:
             out.append({"dataset": d, "group": g, "lr": lr, "seeds": repeated})
     return out

@@ -34,6 +34,7 @@ import re
 import socket
 import sys
 import threading
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 from urllib.parse import urlparse
@@ -284,13 +285,13 @@ def offline_reason(timeout_s: float = REACH_TIMEOUT_S) -> str | None:
 
 def _bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
     """``call()`` in a daemon thread; its result, its exception, or TimeoutError after ``timeout_s``."""
-    out: dict[str, Any] = {}
+    future: Future = Future()
 
     def target() -> None:
         try:
-            out["value"] = call()
+            future.set_result(call())
         except BaseException as err:  # handed to the caller
-            out["error"] = err
+            future.set_exception(err)
 
     # daemon: a call that never returns (a hung connection) does not keep the process alive
     thread = threading.Thread(target=target, name=f"dashboard-{what}", daemon=True)
@@ -298,9 +299,7 @@ def _bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
     thread.join(timeout_s)
     if thread.is_alive():
         raise TimeoutError(f"{what} did not finish in {timeout_s:g} s")
-    if "error" in out:
-        raise out["error"]
-    return out.get("value")
+    return future.result()
 
 
 def push_command(path: str | Path) -> str:
