@@ -9,14 +9,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, ContextManager, Iterator
 
 from omegaconf import DictConfig
 
-from plasticity.devices import autocast, check_device, device
+from plasticity.data import ArraySet, DataSpec, FileSet, Splits, load_splits
+from plasticity.devices import autocast, check_device, device, precision
 from plasticity.validate import Problems, check_dataset, check_dataset_values, check_model
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
-
-    from plasticity.data import Splits
 
 __all__ = ["AnalysisRecipe", "RecipeBase", "SweepRecipe", "eval_set", "paired_inputs"]
 
@@ -37,11 +36,11 @@ class RecipeBase:
     """Whether it reads the dataset's train split (checked to have one)."""
     checks: ClassVar[tuple[str, ...]] = ()
     """The ``task`` keys its :meth:`validate` checks too: ``reference`` (a second dataset), ``device``."""
+    named_by: ClassVar[tuple[str, ...]] = ()
+    """The ``task`` keys that name the run in its record too, after the seed (as in its path: conf/task/<name>.yaml)."""
 
     def __init__(self, cfg: DictConfig, run_dir: Path, resume: str | None = None) -> None:
-        self.cfg = cfg
-        self.run_dir = Path(run_dir)
-        self.resume = resume
+        self.cfg, self.run_dir, self.resume = cfg, Path(run_dir), resume
 
     @cached_property
     def device(self) -> "torch.device":
@@ -62,8 +61,10 @@ class RecipeBase:
 
     @classmethod
     def identity(cls, cfg: DictConfig, **fields: Any) -> dict[str, Any]:
-        """The fields that name the run in its record (``fields``: a recipe's own, before the seed)."""
-        return {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name, **fields, "seed": cfg.seed}
+        """The fields that name the run in its record (``fields``: a recipe's own, before the seed; then the task
+        keys of :attr:`named_by`)."""
+        return {"task": cfg.task.name, "dataset": cfg.dataset.name, "model": cfg.model.name, **fields, "seed": cfg.seed,
+                **{key: cfg.task[key] for key in cls.named_by}}
 
     def run(self) -> dict[str, Any]:  # pragma: no cover - every recipe overrides it
         raise NotImplementedError
@@ -79,6 +80,26 @@ class RecipeBase:
         model = self.cfg.model
         return create_model(model.name, num_classes, pretrained=model.pretrained, weights_file=model.weights_file,
                             **model.kwargs)
+
+    def log_analysis(self, tables: dict[str, list[dict]], images: dict[str, Any], summary: dict[str, Any]) -> None:
+        """An analysis' tables, figures and summary to W&B under the run's identity when the job has
+        ``logger=wandb``; a no-op otherwise (:func:`plasticity.tracking.logger.log_analysis`)."""
+        from plasticity.tracking.logger import log_analysis
+
+        log_analysis(self.cfg, self.identity(self.cfg), self.run_dir, tables, images, summary)
+
+    def setup_net(self, num_classes: int = 10) -> "torch.nn.Module":
+        """The model, frozen, in eval mode on the task's device (the analyses and the probe never use its head)."""
+        return self.create_net(num_classes).requires_grad_(False).to(self.device).eval()
+
+    @property
+    def precision(self) -> str:
+        """``task.precision`` with ``auto`` resolved for the task's device (:func:`plasticity.devices.precision`)."""
+        return precision(self.cfg.task.precision, self.device.type == "cuda")
+
+    def autocast(self) -> ContextManager:
+        """:attr:`precision` on the task's device (:func:`plasticity.devices.autocast`)."""
+        return autocast(self.precision, self.device)
 
 
 class SweepRecipe(RecipeBase):
@@ -98,34 +119,19 @@ class AnalysisRecipe(RecipeBase):
     test image) streamed through the pretrained model on its device."""
 
     checks = ("reference", "device")
-
-    @classmethod
-    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
-        task = cfg.task  # the pairs and their batch name the run as its path does (conf/task/<name>.yaml)
-        return {**super().identity(cfg), "reference": task.reference, "n_pairs": task.n_pairs,
-                "batch_size": task.batch_size}
+    named_by = ("reference", "n_pairs", "batch_size")  # the pairs and their batch
 
     def setup_images(self) -> tuple["np.ndarray", "np.ndarray"]:
         """What the pairs are drawn from in the reference and downstream test splits
         (:func:`plasticity.measure.pair_inputs`): images decoded for the model's input side, or
         token windows of ``dataset.window`` tokens; never an example with its own copy
         (:func:`plasticity.measure.disjoint`, said by :attr:`pairs_from`)."""
-        from plasticity.data import DataSpec, load_splits
-
         down = DataSpec.from_config(self.cfg)
         ref = down.replace(name=self.cfg.task.reference, limit=None, num_classes=None)
         for spec in (ref, down):  # every problem reported before anything is generated or loaded
             spec.check()
         ref, down, self.pairs_from = paired_inputs(load_splits(ref), load_splits(down), self.cfg.dataset.get("window"))
         return ref, down
-
-    def setup_net(self, num_classes: int = 10) -> "torch.nn.Module":
-        """The model in eval mode on the task's device (the analyses never use its head)."""
-        return self.create_net(num_classes).to(self.device).eval()
-
-    def autocast(self) -> ContextManager:
-        """``task.precision`` on the task's device (:func:`plasticity.devices.autocast`)."""
-        return autocast(self.cfg.task.precision, self.device)
 
     def pairs(self, net: "torch.nn.Module", ref: "np.ndarray", down: "np.ndarray") -> Iterator["torch.Tensor"]:
         """Batches of 2B model inputs on the device: B reference inputs, then B downstream
@@ -142,7 +148,6 @@ class AnalysisRecipe(RecipeBase):
 def eval_set(arrays: Any, img_size: int | None) -> Any:
     """A split as the analyses read it: a JPEG train split (a :class:`plasticity.data.FileSet`, no
     prepared arrays) decoded lazily through the evaluation transform, as val and test are; else as it is."""
-    from plasticity.data import ArraySet, FileSet
     from plasticity.data.images import EvalImages  # torchvision: loaded already by the input transforms
 
     return ArraySet(EvalImages(arrays, img_size), arrays.labels) if isinstance(arrays, FileSet) else arrays

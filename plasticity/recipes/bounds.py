@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from plasticity.bounds import NOT_COVERED, block_bounds, token_stats
 from plasticity.recipes import register
 from plasticity.recipes.base import AnalysisRecipe
+from plasticity.report.figures import plot_bounds
+from plasticity.runs.io import write_csv_atomic, write_json_atomic
 
 
 @register
@@ -19,11 +22,6 @@ class Bounds(AnalysisRecipe):
     name = "bounds"
 
     def run(self) -> dict[str, Any]:
-        from plasticity.bounds import NOT_COVERED, block_bounds, token_stats
-        from plasticity.report.figures import plot_bounds
-        from plasticity.runs.io import write_csv_atomic, write_json_atomic
-        from plasticity.tracking.logger import log_analysis
-
         ref, down = self.setup_images()
         net = self.setup_net()
         with self.autocast():
@@ -37,6 +35,6 @@ class Bounds(AnalysisRecipe):
             summary["not_covered"] = NOT_COVERED[family]
         write_json_atomic(self.run_dir / "token_stats.json", summary)
         plot_bounds(rows, self.run_dir / "bounds.png")
-        log_analysis(self.cfg, self.identity(self.cfg), self.run_dir, tables={"bounds": rows},
-                     images={"bounds": self.run_dir / "bounds.png"}, summary={"token_stats": summary})
+        self.log_analysis(tables={"bounds": rows}, images={"bounds": self.run_dir / "bounds.png"},
+                          summary={"token_stats": summary})
         return {"reference": self.cfg.task.reference, "n_pairs": self.cfg.task.n_pairs, "token_stats": summary}

@@ -16,6 +16,9 @@ from omegaconf import DictConfig
 
 from plasticity.recipes import register
 from plasticity.recipes.base import SweepRecipe
+from plasticity.runs.io import read_record, write_text_atomic
+from plasticity.runs.record import RESULT_FILE, visible_files
+from plasticity.tracking import dashboard as dash
 from plasticity.validate import Problems
 
 log = logging.getLogger(__name__)
@@ -27,8 +30,6 @@ SPEC_FILE = "workspace.json"
 def run_paths(root: Path) -> Iterator[Path]:
     """Every ``result.json`` and ``run-*.wandb`` under ``root``, lazily, outside hidden folders and the
     dashboard's own output folder ``root/dashboard``."""
-    from plasticity.runs.record import RESULT_FILE, visible_files
-
     for pattern in (RESULT_FILE, "run-*.wandb"):
         for path in visible_files(root, pattern):
             if path.relative_to(root).parts[:-1][:1] != (OUT_DIR,):
@@ -38,8 +39,6 @@ def run_paths(root: Path) -> Iterator[Path]:
 def only_value(root: Path, field: str) -> str | None:
     """The sweep's one ``field`` (``dataset``, ``model``) when all its finetuning records share it
     (unreadable records skipped); else None."""
-    from plasticity.report.collect import read_record
-
     # None: unreadable, not an object
     records = (read_record(path)[0] or {} for path in run_paths(root) if path.name == "result.json")
     values = {str(r[field]) for r in records if r.get("task") == "finetune" and r.get(field)}
@@ -55,20 +54,16 @@ class Dashboard(SweepRecipe):
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
         from plasticity.report.collect import check_sweep_dir
-        from plasticity.tracking.dashboard import has_credentials
 
         # a sweep holds runs: a result.json or a W&B run file (run_paths)
         problem = check_sweep_dir(cfg.sweep_dir, run_paths, "no runs under it (no result.json, no W&B run file)")
         p.require(not problem, problem)
-        if cfg.task.online is True and not has_credentials():
+        if cfg.task.online is True and not dash.has_credentials():
             p.add("task.online=true but there is no W&B API key (WANDB_API_KEY unset, no netrc entry). "
                   "Fix: wandb login (or export WANDB_API_KEY=<key>), or task.online=auto to write "
                   "workspace.json and push it later.")
 
     def run(self) -> dict[str, Any]:
-        from plasticity.runs.io import write_text_atomic
-        from plasticity.tracking import dashboard as dash
-
         task, sweep = self.cfg.task, Path(self.cfg.sweep_dir)
         # unset: the sweep's one dataset (model) when all its runs share it, else every dataset
         filters = {key: task[key] or only_value(sweep, key) for key in ("dataset", "model")}
@@ -86,8 +81,6 @@ class Dashboard(SweepRecipe):
 
     def save(self, path: Path) -> str | None:
         """Saves the spec online when ``task.online`` says so; prints the URL or the push command."""
-        from plasticity.tracking import dashboard as dash
-
         online = self.cfg.task.online
         reason = "task.online=false" if online is False else dash.offline_reason()
         if reason is None or online is True:
@@ -104,7 +97,6 @@ class Dashboard(SweepRecipe):
 
     def warn_unlogged(self, sweep: Path, keys: set) -> None:
         """Warns about panel keys that none of the sweep's W&B run files logs."""
-        from plasticity.tracking import dashboard as dash
         from plasticity.tracking.runfile import read_run, run_files
 
         runs = []

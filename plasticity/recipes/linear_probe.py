@@ -22,19 +22,24 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import numpy as np
+import torch
 from omegaconf import DictConfig
 
-from plasticity.devices import autocast, precision
+from plasticity.components import probe_tag
+from plasticity.data import ArraySet, DataSpec, FileSet, Splits, load_splits
+from plasticity.data.augment import input_transform
+from plasticity.data.sources import recorded_classes
+from plasticity.data.splits import expected_classes
+from plasticity.measure import as_inputs
+from plasticity.models import image_size
+from plasticity.probe import accuracy, extract_features, fit_logreg, grad_max, l2_standardise, loss, pool_problem, select_c
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase, eval_set
+from plasticity.runs.io import write_safetensors_atomic
 from plasticity.validate import Problems, model_modality
-
-if TYPE_CHECKING:
-    import torch
-
-    from plasticity.data import ArraySet, Splits
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +58,6 @@ class LinearProbe(RecipeBase):
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
-        from plasticity.probe import pool_problem
-
         super().validate(cfg, p, local)
         if not p.names("model.name") and (problem := pool_problem(cfg.task.pool, f"model.name={cfg.model.name!r}",
                                                                   model_modality(cfg) == "text")):
@@ -62,19 +65,10 @@ class LinearProbe(RecipeBase):
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
-        from plasticity.components import probe_tag
-
         # the features are the configuration: a probe on other features is another column of the report
         return super().identity(cfg, component=probe_tag(cfg.task.features, cfg.task.pool), optimizer="lbfgs", lr=None)
 
     # ------------------------------------------------------------------------------- setup
-
-    def setup_net(self) -> "torch.nn.Module":
-        """The pretrained model, frozen, in eval mode on the device (its head is never used)."""
-        from plasticity.data.splits import expected_classes
-
-        net = self.create_net(expected_classes(self.cfg.dataset.name, self.cfg.dataset.num_classes))
-        return net.requires_grad_(False).to(self.device).eval()
 
     def setup_splits(self, net: "torch.nn.Module") -> "Splits":
         """The dataset's splits for the model's input side, ``dataset.limit`` applied to train.
@@ -82,9 +76,6 @@ class LinearProbe(RecipeBase):
         An unprepared JPEG train split is decoded lazily through the evaluation transform, like
         val and test (``task=prepare`` makes it fast).
         """
-        from plasticity.data import DataSpec, FileSet, load_splits
-        from plasticity.models import image_size
-
         spec = DataSpec.from_config(self.cfg, img_size=image_size(net))
         spec.check()
         splits = load_splits(spec)
@@ -95,20 +86,10 @@ class LinearProbe(RecipeBase):
             splits = splits.kept(train=eval_set(splits.train, spec.img_size))
         return splits
 
-    @property
-    def precision(self) -> str:
-        """``task.precision`` with ``auto`` resolved for the task's device (:func:`plasticity.devices.precision`)."""
-        return precision(self.cfg.task.precision, self.device.type == "cuda")
-
     # ------------------------------------------------------------------------------- features
 
     def batches(self, arrays: "ArraySet", transform) -> "Any":
         """Transformed model inputs of ``arrays`` on the device, in order, ``task.batch_size`` at a time."""
-        import numpy as np
-        import torch
-
-        from plasticity.measure import as_inputs
-
         size, sizes = self.cfg.task.batch_size, getattr(arrays, "sizes", None)
         rows = arrays.ids if getattr(arrays, "images", None) is None else arrays.images  # a token set: padded ids
         for start in range(0, len(arrays), size):
@@ -117,9 +98,6 @@ class LinearProbe(RecipeBase):
 
     def features(self, net: "torch.nn.Module", splits: "Splits") -> dict[str, "torch.Tensor"]:
         """Raw (pooled, not yet normalised) features of each non-empty split, float32 on the device."""
-        from plasticity.data.augment import input_transform
-        from plasticity.probe import extract_features
-
         task = self.cfg.task
         transform = input_transform(net, self.cfg.dataset).to(self.device)
         out = {}
@@ -128,7 +106,7 @@ class LinearProbe(RecipeBase):
             if len(arrays) == 0:
                 continue
             start = time.perf_counter()
-            with autocast(self.precision, self.device):
+            with self.autocast():
                 out[name] = extract_features(net, self.batches(arrays, transform), task.features, task.pool)
             log.info("features of %s: %d x %d in %.1f s", name, *out[name].shape, time.perf_counter() - start)
         return out
@@ -137,10 +115,6 @@ class LinearProbe(RecipeBase):
 
     def fit(self, x: dict, y: dict, num_classes: int) -> dict[str, Any]:
         """The regression at ``task.C``, or at the best ``C`` of ``task.c_grid`` on validation."""
-        import torch
-
-        from plasticity.probe import accuracy, fit_logreg, select_c
-
         task = self.cfg.task
         dtype = getattr(torch, task.dtype)
         if not task.select_c:
@@ -159,13 +133,9 @@ class LinearProbe(RecipeBase):
     def run(self) -> dict[str, Any]:
         """Features, standardisation, fit, test (the fit written to ``probe.safetensors``, atomically: W, b and
         the standardisation's mean and std); returns the record's fields."""
-        import torch
-
-        from plasticity.runs.io import write_safetensors_atomic
-
         task = self.cfg.task
         torch.manual_seed(self.cfg.seed)
-        net = self.setup_net()
+        net = self.setup_net(expected_classes(self.cfg.dataset.name, self.cfg.dataset.num_classes))
         splits = self.setup_splits(net)
         start = time.perf_counter()
         raw = self.features(net, splits)
@@ -187,10 +157,6 @@ class LinearProbe(RecipeBase):
     def standardise(self, raw: dict, splits: "Splits") -> tuple[dict, dict, "torch.Tensor", "torch.Tensor"]:
         """Features L2-normalised and standardised with the train split's statistics, and the labels,
         per split on the device; then the statistics (``mean``, ``std``)."""
-        import torch
-
-        from plasticity.probe import l2_standardise
-
         if self.cfg.task.select_c and "val" not in raw:
             raise ValueError(f"task.select_c=true needs a validation split, and dataset={self.cfg.dataset.name} has "
                              f"none. Fix: task.select_c=false.")
@@ -202,9 +168,6 @@ class LinearProbe(RecipeBase):
     def result_fields(self, net: "torch.nn.Module", splits: "Splits", x: dict, y: dict, fitted: dict,
                       **timings: float) -> dict[str, Any]:
         """The record's fields of the fitted regression: accuracies, the regression's facts, ``timings``."""
-        from plasticity.data.sources import recorded_classes
-        from plasticity.probe import accuracy, grad_max, loss
-
         task = self.cfg.task
         W, b, C = fitted["W"], fitted["b"], fitted["C"]
         gmax = grad_max(x["train"], y["train"], W, b, C)
@@ -229,9 +192,6 @@ class LinearProbe(RecipeBase):
 
     def log_wandb(self, fields: dict[str, Any]) -> None:
         """The result (and the C grid) to W&B when the job has ``logger=wandb``; a no-op otherwise."""
-        from plasticity.tracking.logger import log_analysis
-
         grid = [{"C": float(c), "val_acc": a} for c, a in (fields.get("c_grid_val_acc") or {}).items()]
         summary = {k: v for k, v in fields.items() if isinstance(v, (int, float, str, bool))}
-        log_analysis(self.cfg, self.identity(self.cfg), self.run_dir, tables={"c_grid": grid}, images={},
-                     summary=summary)
+        self.log_analysis(tables={"c_grid": grid}, images={}, summary=summary)

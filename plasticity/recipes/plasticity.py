@@ -15,10 +15,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from omegaconf import DictConfig
+import lightning as L
+import numpy as np
 
+from plasticity.measure import distinct_pairs, measure, ranking
 from plasticity.recipes import register
 from plasticity.recipes.base import AnalysisRecipe
+from plasticity.report.figures import plot_depth, plot_distribution
+from plasticity.runs.io import atomic_path, write_csv_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
 CSV_COLUMNS = ("group", "block", "depth_pct", "mean", "std", "ci95_low", "ci95_high", "n_pairs", "distinct_pairs",
@@ -31,14 +35,10 @@ class Plasticity(AnalysisRecipe):
 
     name = "plasticity"
 
-    @classmethod
-    def identity(cls, cfg: DictConfig) -> dict[str, Any]:
-        return {**super().identity(cfg), "mode": cfg.task.mode, "pairing": cfg.task.pairing}
+    named_by = (*AnalysisRecipe.named_by, "mode", "pairing")
 
     def distinct(self, n_ref: int, n_down: int) -> int:
         """Distinct pairs among the ``task.n_pairs`` drawn; warns when pairs repeat."""
-        from plasticity.measure import distinct_pairs
-
         task = self.cfg.task
         distinct = distinct_pairs(n_ref, n_down, task.n_pairs, task.pairing, task.pairing_seed)
         if distinct < task.n_pairs:
@@ -49,14 +49,6 @@ class Plasticity(AnalysisRecipe):
         return distinct
 
     def run(self) -> dict[str, Any]:
-        import lightning as L
-        import numpy as np
-
-        from plasticity.measure import measure, ranking
-        from plasticity.report.figures import plot_depth, plot_distribution
-        from plasticity.runs.io import atomic_path, write_csv_atomic, write_json_atomic
-        from plasticity.tracking.logger import log_analysis
-
         L.seed_everything(self.cfg.seed, verbose=False)
         task = self.cfg.task
         ref, down = self.setup_images()
@@ -86,10 +78,8 @@ class Plasticity(AnalysisRecipe):
         plot_depth(rows, self.run_dir / "plasticity_depth.png", title=title)
         log.info("plasticity ranking: %s", " > ".join(f"{g} ({m:.3f})" for g, m in order))
         figures = {name: self.run_dir / f"{name}.png" for name in ("plasticity_distribution", "plasticity_depth")}
-        log_analysis(self.cfg, self.identity(self.cfg), self.run_dir, tables={"plasticity": rows}, images=figures,
-                     summary={f"plasticity/{g}": m for g, m in order})
-        return {k: summary[k] for k in ("mode", "pairing", "pairs_from", "n_pairs", "distinct_pairs", "reference",
-                                        "ranking", "window_start") if k in summary}
+        self.log_analysis(tables={"plasticity": rows}, images=figures, summary={f"plasticity/{g}": m for g, m in order})
+        return {k: v for k, v in summary.items() if k not in ("dataset", "model")}  # those two: the record's identity
 
     def check_distinct(self, rows: list[dict]) -> None:
         """Pairs of identical images have no rate: none left is an error, some a warning."""

@@ -98,12 +98,10 @@ def move_metrics_to_part(run_dir: str | Path) -> str:
     numbers = [_part_number(p) for p in run_dir.glob(METRICS_PARTS)]
     part = run_dir / f"metrics.part{max(numbers, default=-1) + 1}.csv"
     text = metrics.read_bytes()
-    if text and not text.endswith(b"\n"):
-        with atomic_path(part) as tmp:
+    if text and not text.endswith(b"\n"):  # the cut row goes first, in place (atomically), then the rename
+        with atomic_path(metrics) as tmp:
             tmp.write_bytes(text[:text.rfind(b"\n") + 1])
-        metrics.unlink()
-    else:
-        metrics.rename(part)
+    metrics.rename(part)
     return f"; the metrics logged so far stay in {part.name}"
 
 

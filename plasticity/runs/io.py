@@ -41,18 +41,16 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """Writes JSON atomically and durably (fsync before the rename)."""
-    with atomic_path(path) as tmp, open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, default=str)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
+    """Writes JSON atomically and durably (:func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
-    """Writes ``text`` atomically."""
-    with atomic_path(path) as tmp:
-        tmp.write_text(text)
+    """Writes ``text`` atomically and durably (fsync before the rename)."""
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def write_safetensors_atomic(path: str | Path, tensors: dict, metadata: dict[str, str] | None = None) -> None:
@@ -73,8 +71,7 @@ def write_csv_atomic(path: str | Path, rows: list[dict], columns: Iterable[str])
     with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
-        for row in rows:
-            writer.writerow({k: blank(row.get(k)) for k in columns})
+        writer.writerows({k: blank(row.get(k)) for k in columns} for row in rows)
 
 
 def read_csv(path: str | Path) -> list[dict[str, str]]:

@@ -73,9 +73,8 @@ class RunLock:
 
 def lock_holder(run_dir: str | Path) -> dict | None:
     """Who holds the run directory's lock, or None when nobody does (creates nothing)."""
-    path = Path(run_dir) / LOCK_FILE
     try:
-        fd = os.open(path, os.O_RDONLY)  # read only: asking creates nothing
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)  # read only: asking creates nothing
     except (FileNotFoundError, NotADirectoryError):
         return None
     try:

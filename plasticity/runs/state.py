@@ -61,7 +61,7 @@ def stamp(run_dir: Path) -> tuple:
     return tuple(found)
 
 
-def _diff(run_dir: Path, record: dict | None, new: dict, new_hash: str, sections: tuple[str, ...]) -> list:
+def _diff(run_dir: Path, record: dict | None, new: dict, sections: tuple[str, ...]) -> list:
     path = run_dir / CONFIG_FILE
     if path.is_file():
         try:
@@ -70,7 +70,7 @@ def _diff(run_dir: Path, record: dict | None, new: dict, new_hash: str, sections
             return config_diff({"<config.yaml unreadable>": str(path)}, new)
         return config_diff(protocol(old, sections), new)
     # No config.yaml (a record written by hand or by an older version): the record's hash is all there is.
-    old_hash = (record or {}).get("config_hash")
+    old_hash, new_hash = (record or {}).get("config_hash"), digest(new)
     return [] if old_hash in (None, new_hash) else [("config_hash", old_hash, new_hash)]
 
 
@@ -100,13 +100,11 @@ def _classify(run_dir: Path, cfg: Any, sections: tuple[str, ...], locked: bool) 
     holder = None if locked else lock_holder(run_dir)  # the caller's own lock would read as "running"
     if holder is not None:
         return RunState("running", read_json(run_dir / RESULT_FILE), holder=holder)
-    new = protocol(cfg, sections)
-    new_hash = digest(new)
     record = read_json(run_dir / RESULT_FILE)
-    started = (run_dir / STARTED_FILE).is_file()
-    if record is None and not started:  # an empty folder (Hydra made it; the job was rejected or killed at once)
+    # Neither a record nor the started marker: an empty folder (Hydra made it; the job was rejected or killed at once).
+    if record is None and not (run_dir / STARTED_FILE).is_file():
         return RunState("new")
-    diff = _diff(run_dir, record, new, new_hash, sections)
+    diff = _diff(run_dir, record, protocol(cfg, sections), sections)
     if record is not None and record.get("status") in FINISHED:
         return RunState("conflict" if diff else "finished", record, diff)
     if record is None or record.get("status") == INTERRUPTED:
