@@ -34,7 +34,7 @@ def submit_array(launcher: Any, jobs: list[tuple[int, list[str]]]) -> list[Any]:
     hydra-submitit-launcher launcher, each job keeping its number; returns submitit's job handles.
 
     The plugin's public ``launch`` does the same but numbers its jobs consecutively and waits for every
-    result, raising at the first job that ended without one: :mod:`plasticity.launcher` leaves done
+    result, raising at the first job that ended without one: :mod:`plasticity.sweep` leaves done
     jobs out and records a killed job as failed. Executor, parameters, sweep folder and the arguments
     of the launcher's ``__call__`` (run on the node) are those of the plugin's ``launch``.
     """

@@ -6,7 +6,7 @@
    for a single run, before Hydra creates any folder): each job composed once, validated once and,
    in a multirun, its run directory inspected once; any problem in any job stops the launch with
    all of them listed, nothing written. ``sweep.dry_run=true`` lists the jobs instead.
-3. **Launch** (:mod:`plasticity.launcher`): the runs finished with the same config are left out; the
+3. **Launch** (:mod:`plasticity.sweep`): the runs finished with the same config are left out; the
    others run in this process from their planned configs, or go out as one SLURM (or submitit
    local) job array, each keeping its number. The sweeper journals each job's record and prints
    the summary, exiting non-zero naming the failed runs.
@@ -31,6 +31,7 @@ sweep goes on.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import signal
@@ -96,12 +97,10 @@ def remove_if_empty(run_dir: Path, stop: Path) -> None:
     """Removes ``run_dir`` and its parents up to (not including) ``stop`` while they are empty:
     the folders Hydra created for a job that was then rejected."""
     path, stop = run_dir.resolve(), stop.resolve()
-    while path != stop and stop in path.parents:
-        try:
-            path.rmdir()  # fails on a folder that holds anything: nothing but empty folders goes
-        except OSError:
-            return
-        path = path.parent
+    with contextlib.suppress(OSError):  # rmdir fails on a folder that holds anything: nothing but empty folders goes
+        while path != stop and stop in path.parents:
+            path.rmdir()
+            path = path.parent
 
 
 def reject(problems: list[str], run_dir: Path, multirun: bool, identity: dict) -> dict[str, Any]:

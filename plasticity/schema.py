@@ -27,7 +27,6 @@ import types
 import re
 import typing
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Optional, Union
 
 from omegaconf import OmegaConf
@@ -48,7 +47,7 @@ class Schema:
     """A node's schema: each subclass is a dataclass whose fields are the node's keys (:func:`fields_of`)."""
 
     def __init_subclass__(cls) -> None:
-        dataclass(cls)
+        dataclasses.dataclass(cls)
 
 
 class Named(Schema):
@@ -124,10 +123,16 @@ USER_DATA = {"folder": FolderData, "table": TableData}
 """The user's own datasets (``dataset=folder``, ``dataset=table``), by their name's prefix (``folder:<root>``)."""
 
 
-class Auto(Schema):
+class Pairs(Schema):
+    """The pairs an analysis measures on (the task's, the callback's, the auto component's): of which
+    reference images, how many, and how many per forward."""
+
     reference: str
     n_pairs: int = rule(gt=0)
     batch_size: int = rule(gt=0)
+
+
+class Auto(Pairs):
     budget: Optional[float] = rule(gt=0, le=1, fix="e.g. component.auto.budget=0.05, or null (one whole group)")
 
 
@@ -183,11 +188,8 @@ class Trainer(Schema):
     num_sanity_val_steps: int = rule(ge=-1, fix="e.g. trainer.num_sanity_val_steps=0 (-1: the whole validation set)")
 
 
-class PlasticityCallback(Schema):
-    reference: str
+class PlasticityCallback(Pairs):
     every_n_steps: int = rule(gt=0, fix="e.g. callbacks.plasticity.every_n_steps=100")
-    n_pairs: int = rule(gt=0)
-    batch_size: int = rule(gt=0)
     mode: str = rule(choices="plasticity.measure.MODES", fix="callbacks.plasticity.mode=embedding (the paper's)")
     groups: Sequence[str] = rule(choices="plasticity.components.GROUPS", min_len=1,
                                  fix="e.g. callbacks.plasticity.groups=[mha,fc1] (the default measures all five)")
@@ -213,11 +215,8 @@ class Finetune(Pretrain):
     export_merged: bool
 
 
-class Bounds(Named):
+class Bounds(Pairs, Named):  # its keys: name, then the pairs (dataclass fields follow the reversed MRO)
     analysis: bool
-    reference: str
-    n_pairs: int = rule(gt=0)
-    batch_size: int = rule(gt=0)
     pairing: str = rule(choices="plasticity.measure.PAIRINGS", fix="task.pairing=sequential (the official code's)")
     pairing_seed: int
     precision: Literal["32-true", "bf16-mixed"] = rule(fix="task.precision=32-true")
@@ -485,14 +484,13 @@ def located(path: str) -> Any:
 def problem(key: str, value: Any, hint: Any, rules: Mapping[str, Any]) -> str:
     """The one-line message: key, value, what it may be (and why a word is not a boolean), the fix."""
     meant = BOOL_WORDS.get(value.strip().lower()) if isinstance(value, str) and accepts(True, hint) else None
-    why = " (it is text: quotes or a word such as yes make a string, which reads as true even when it says false)" \
-        if meant is not None else ""
-    fix = f"{key}={str(meant).lower()}, unquoted" if meant is not None else rules.get("fix") or (
-        f"{key}=true or {key}=false" if hint is bool else f"{key}=<{describe(hint, rules)}>")
+    if meant is not None:  # a boolean given as text
+        return (f"{key}={value!r} must be {describe(hint, rules)} (it is text: quotes or a word such as yes make a "
+                f"string, which reads as true even when it says false). Fix: {key}={str(meant).lower()}, unquoted.")
+    fix = rules.get("fix") or (f"{key}=true or {key}=false" if hint is bool else f"{key}=<{describe(hint, rules)}>")
     named = [word(a) for a in typing.get_args(hint)] if typing.get_origin(hint) is Literal else \
         located(rules["choices"]) if hint is str and "choices" in rules else None  # the words it takes, and no other
-    what = f"; choices: {', '.join(named)}" if named and len(named) > 1 and not why else \
-        f" must be {describe(hint, rules)}{why}"
+    what = f"; choices: {', '.join(named)}" if named and len(named) > 1 else f" must be {describe(hint, rules)}"
     return f"{key}={value!r}{what}. Fix: {fix.rstrip('.')}."
 
 
@@ -589,11 +587,10 @@ ABSENT = object()
 
 def get(tree: dict, key: str) -> Any:
     """The value at a dotted ``key`` of a plain tree, or :data:`ABSENT`."""
-    for part in key.split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return ABSENT
-        tree = tree[part]
-    return tree
+    try:
+        return functools.reduce(operator.getitem, key.split("."), tree)
+    except (KeyError, TypeError):  # a missing key, or a value that holds no keys
+        return ABSENT
 
 
 def check_run_path(raw: dict, values: dict, p: Problems) -> None:

@@ -6,15 +6,31 @@ line into jobs with Hydra's own ``BasicSweeper.split_arguments`` and composes ea
 composition of their groups). Every job is then validated and its run directory inspected
 (:mod:`plasticity.prelaunch`): one bad value in one job stops the launch with every problem listed,
 nothing written; ``sweep.dry_run=true`` lists the jobs instead. A launcher of
-:mod:`plasticity.launcher` runs the planned jobs that are not done without composing them again;
+this module runs the planned jobs that are not done without composing them again;
 any other launcher (``hydra/launcher=parallel``) gets the overrides. The keys that vary reach each
 job as the override ``hydra.sweeper.varying``. Each job's record is journaled under
 ``<sweep dir>/.sweeps/<id>/`` and the summary printed, exiting non-zero naming the failed runs.
+
+The sweeper hands a launcher that runs a plan only the jobs that are not done (``run_plan``):
+
+- with Hydra's default ``hydra/launcher=basic`` the sweeper runs each planned config in this process
+  itself (:meth:`PlanSweeper.run_plan`): no second composition, no second validation, and the job
+  confirms the plan's inspection of its run directory instead of repeating it;
+- :class:`Submits`, mixed into hydra-submitit-launcher's SLURM and local launchers
+  (``hydra/launcher=slurm|local``), submits them as one job array, each keeping its number in the
+  sweep (:func:`plasticity.compat.submit_array`); a job that ends without a result (``scancel``, a
+  hard kill, a node failure) is recorded as failed, naming its logs, instead of stopping the sweep.
+
+Hydra instantiates sweepers and launchers only from the ``hydra_plugins`` namespace, so the classes that
+``conf/hydra/sweeper/plan.yaml`` and ``conf/hydra/launcher/{slurm,local}.yaml`` name live in
+``hydra_plugins/plasticity_launcher``.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
+import logging
 import os
 import pickle
 import time
@@ -24,16 +40,17 @@ from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import OverrideType
-from hydra.core.utils import JobReturn
+from hydra.core.utils import JobReturn, JobStatus, configure_log, run_job, setup_globals
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf, open_dict
 from rich.markup import escape
 
 from plasticity.compat import basic_sweeper
 from plasticity.console import console, results_table
-from plasticity.launcher import InProcess, completed
 from plasticity.prelaunch import Job, check, dry_run, print_plan, stop_on_problems, submission_split
 from plasticity.runs.io import write_json_atomic
+
+log = logging.getLogger(__name__)
 
 
 class PlanSweeper(Sweeper):
@@ -47,8 +64,8 @@ class PlanSweeper(Sweeper):
 
         self.hydra_context, self.config = hydra_context, config
         if config.hydra.runtime.choices.get("hydra/launcher") == "basic":  # the planned configs run here as they are
-            self.launcher = InProcess(hydra_context, config)
-        else:  # an experiment's parallel (joblib), or slurm | local (plasticity.launcher.Submits)
+            self.launcher = self  # run_plan
+        else:  # an experiment's parallel (joblib), or slurm | local (Submits)
             self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
                                                                     task_function=task_function, config=config)
 
@@ -61,8 +78,7 @@ class PlanSweeper(Sweeper):
         local = "slurm" not in str(self.config.hydra.launcher.get("_target_", "")).lower()  # the devices: on the node
         jobs = [check(job, local) for job in self.plan(lists, extra)]
         if self.config.sweep.dry_run:
-            submitting = hasattr(self.launcher, "run_plan") and not isinstance(self.launcher, InProcess)
-            dry_run(jobs, started, submitting=submitting)
+            dry_run(jobs, started, submitting=hasattr(self.launcher, "run_plan") and self.launcher is not self)
             raise SystemExit(0)
         stop_on_problems(jobs, varying)
         print_plan(jobs, varying)
@@ -119,7 +135,7 @@ class PlanSweeper(Sweeper):
             return load(self.config, [*overrides, extra])
 
     def launch(self, jobs: list[Job], extra: str) -> list[JobReturn]:
-        """Runs the jobs: a launcher of :mod:`plasticity.launcher` only those not done, as planned."""
+        """Runs the jobs: a launcher with ``run_plan`` (this sweeper, :class:`Submits`) only those not done."""
         if not hasattr(self.launcher, "run_plan"):  # another launcher composes each job itself
             return list(self.launcher.launch([job.overrides + [extra] for job in jobs], initial_job_idx=0))
         skipped, todo = submission_split(jobs)
@@ -128,6 +144,64 @@ class PlanSweeper(Sweeper):
                    for job in skipped}
         returns.update(self.launcher.run_plan(todo, extra) if todo else {})
         return [returns[job.num] for job in jobs]
+
+    def run_plan(self, jobs: list[Job], extra: str) -> dict[int, JobReturn]:
+        """Hydra's basic launcher's place (which would compose each job again): runs the planned ``jobs`` in
+        this process, in order, from their planned configs (which already hold ``extra``); JobReturns by number."""
+        from plasticity.job import run_job as task
+
+        setup_globals()
+        returns = {}
+        for job in jobs:
+            configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+            returns[job.num] = run_job(task_function=functools.partial(task, plan=job),
+                                       config=job.cfg, job_dir_key="hydra.sweep.dir",
+                                       job_subdir_key="hydra.sweep.subdir", hydra_context=self.hydra_context)
+        return returns
+
+
+class Submits:
+    """Mixed in before a hydra-submitit-launcher launcher: ``run_plan`` submits the planned jobs.
+
+    The launcher's ``__call__`` (what runs on the node, composing the job from its overrides) and
+    ``checkpoint`` (the requeue) are the base launcher's, unchanged.
+    """
+
+    def run_plan(self, jobs: list[Job], extra: str) -> dict[int, JobReturn]:
+        """One job array of ``jobs`` (each with the override ``extra``), keeping their sweep numbers;
+        waits for every result."""
+        from plasticity.compat import submit_array
+
+        handles = submit_array(self, [(job.num, job.overrides + [extra]) for job in jobs])
+        return {job.num: self.result(handle, job) for job, handle in zip(jobs, handles)}
+
+    def result(self, handle: Any, job: Job) -> JobReturn:
+        """The job's JobReturn; a job that ended without one is a failed record: its id, last known state and
+        log files."""
+        from plasticity.recipes import get
+
+        try:
+            return handle.results()[0]  # waits for the job; one result per srun task, task 0 is rank 0 (it records)
+        except Exception as err:  # submitit's UncompletedJobError / FailedJobError: the job is gone
+            log.debug("job %s: %s", handle.job_id, err)
+        identity = get(job.cfg.task.name).identity(job.cfg) if job.cfg is not None else {}
+        try:
+            state = handle.state
+        except Exception:  # the scheduler cannot say: the error says enough
+            state = "unknown"
+        return completed(job, {
+            **identity, "run_dir": str(job.run_dir), "status": "failed", "job_id": str(handle.job_id),
+            "error": (f"job {handle.job_id} ended without a result (state {state}: killed, cancelled or its node "
+                      f"failed); its logs: {handle.paths.stdout} and {handle.paths.stderr}. Relaunch the same command "
+                      f"to resume it from checkpoints/last.ckpt.")})
+
+
+def completed(job: Job, record: dict[str, Any]) -> JobReturn:
+    """A completed JobReturn holding ``record``, for a job that did not return one itself."""
+    ret = JobReturn(overrides=list(job.overrides), cfg=job.cfg, working_dir=str(job.run_dir),
+                    status=JobStatus.COMPLETED)
+    ret.return_value = record
+    return ret
 
 
 def record_of(ret: JobReturn, job: Job) -> dict[str, Any]:

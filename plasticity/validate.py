@@ -283,9 +283,7 @@ def _launch_of(cfg: DictConfig) -> tuple[str | None, Any]:
 
     if "hydra" in cfg:
         return (getattr(cfg.hydra.get("mode"), "name", None) or "MULTIRUN"), cfg.hydra.get("launcher")
-    if not HydraConfig.initialized():
-        return None, None
-    running = HydraConfig.get()
+    running = HydraConfig.get() if HydraConfig.initialized() else {}
     return getattr(running.get("mode"), "name", None), running.get("launcher")
 
 

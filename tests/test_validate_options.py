@@ -163,7 +163,7 @@ def test_unwritable_says_read_only_without_creating_anything(tmp_path, monkeypat
     (["+optimizer.foreach=2"], "optimizer.foreach=2 must be true or false or null"),
     (["+trainer.max_epochs=3"], "trainer.max_epochs=3 is set by the task and would be ignored. Fix: task.max_steps"),
     (["task=plasticity", "task.reference=fashion_mnist", "+task.max_step=5"],
-     "task.max_step=5 is not an option of task; its options: name, analysis, reference"),
+     "task.max_step=5 is not an option of task; its options: name, reference, n_pairs"),
     (["task=plasticity", "task.reference=fashion_mnist", "task.device=gpu"], "task.device='gpu'; choices: auto, cpu"),
     (["dataset.num_workers=-1"], "dataset.num_workers=-1 must be auto or a non-negative integer"),
     (["dataset.crop_scale=[0.9,0.5]"], "dataset.crop_scale=[0.9, 0.5] must be [low, high] with low <= high"),

@@ -1,13 +1,12 @@
 """plasticity's sweeper and launchers, where Hydra looks for plugins (the ``hydra_plugins`` namespace).
 
 ``conf/hydra/sweeper/plan.yaml`` and ``conf/hydra/launcher/{slurm,local}.yaml`` name these
-classes; they are defined in :mod:`plasticity.sweep` and :mod:`plasticity.launcher`.
+classes; they are defined in :mod:`plasticity.sweep`.
 """
 
 from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 
-from plasticity.launcher import Submits
-from plasticity.sweep import PlanSweeper as _PlanSweeper
+from plasticity.sweep import PlanSweeper as _PlanSweeper, Submits
 
 
 class PlanSweeper(_PlanSweeper):
