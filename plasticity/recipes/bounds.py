@@ -8,11 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from plasticity.bounds import NOT_COVERED, block_bounds, token_stats
 from plasticity.recipes import register
 from plasticity.recipes.base import AnalysisRecipe
-from plasticity.report.figures import plot_bounds
-from plasticity.runs.io import write_csv_atomic, write_json_atomic
 
 
 @register
@@ -22,6 +19,10 @@ class Bounds(AnalysisRecipe):
     name = "bounds"
 
     def run(self) -> dict[str, Any]:
+        from plasticity.bounds import NOT_COVERED, block_bounds, token_stats
+        from plasticity.report.figures import plot_bounds
+        from plasticity.runs.io import write_csv_atomic, write_json_atomic
+
         ref, down = self.setup_images()
         net = self.setup_net()
         with self.autocast():

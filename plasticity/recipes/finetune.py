@@ -23,38 +23,29 @@ import logging
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
-import lightning as L
-import numpy as np
-import torch
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig
 
 from plasticity.adapters import apply_lora, check_job_adapter, export_merged
-from plasticity.auto import auto_select
-from plasticity.components import (AUTO, Selection, adapter_of, blocks_of, check_strategy, freeze, parse_component,
-                                   select, strategy_of, tag_of)
-from plasticity.data import DataSpec
-from plasticity.data.augment import input_transform
-from plasticity.data.datamodule import DataModule
-from plasticity.data.sources import recorded_classes
-from plasticity.data.splits import expected_classes
-from plasticity.devices import precision, trainer_on_cuda
-from plasticity.models import image_size
-from plasticity.module import FinetuneModule
-from plasticity.progress import StepProgressBar
+from plasticity.components import AUTO, adapter_of, blocks_of, check_strategy, parse_component, strategy_of, tag_of
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase
-from plasticity.runs.checkpoint_io import BackgroundCheckpointIO
 from plasticity.runs.checkpoints import (CHECKPOINT_DIR, LAST_CHECKPOINT, WEIGHTS_FILE, best_and_last,
                                          checkpoint_step, prepare_resume)
 from plasticity.runs.ranks import announce, is_rank_zero, num_nodes
 from plasticity.runs.record import config_hash, optimizer_name
-from plasticity.tracking.logger import run_config
 from plasticity.validate import Problems, check_callbacks, check_optimizer, check_trainer, world_size
+
+if TYPE_CHECKING:
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from plasticity.components import Selection
+    from plasticity.data.datamodule import DataModule
+    from plasticity.module import FinetuneModule
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +91,12 @@ class Finetune(RecipeBase):
     def fit(self) -> tuple[dict[str, Any], "FinetuneModule"]:
         """The recipe's steps: the model, its data, what trains, the LightningModule and the trainer;
         trains, then tests. Returns the result fields and the module holding the best-validation weights."""
+        import lightning as L
+
+        from plasticity.data.sources import recorded_classes
+        from plasticity.data.splits import expected_classes
+        from plasticity.tracking.logger import run_config
+
         cfg, rank_zero, chash = self.cfg, is_rank_zero(), config_hash(self.cfg, self.sections)
         # Seeded before anything draws from torch's RNG: a random init, the new head, LoRA's lora_A (and the workers).
         L.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -153,6 +150,8 @@ class Finetune(RecipeBase):
 
 def majority_share(labels) -> float:
     """The test accuracy of always predicting the most common class: a run at it has learnt nothing."""
+    import numpy as np
+
     return float(np.bincount(np.asarray(labels)).max() / max(len(labels), 1))
 
 
@@ -161,6 +160,10 @@ def majority_share(labels) -> float:
 
 def build_datamodule(cfg: DictConfig, net: "torch.nn.Module") -> "DataModule":
     """The datamodule, reading the dataset for the built model's input side, its splits loaded."""
+    from plasticity.data import DataSpec
+    from plasticity.data.datamodule import DataModule
+    from plasticity.models import image_size
+
     data = cfg.dataset
     datamodule = DataModule(DataSpec.from_config(cfg, img_size=image_size(net)),
                             micro_batch_size=cfg.task.micro_batch_size, eval_batch_size=cfg.task.eval_batch_size,
@@ -177,6 +180,9 @@ def build_selection(cfg: DictConfig, net: "torch.nn.Module",
     adapter, or what the measurement chose for ``auto``), the head and (by switch) the final norm
     train. Returns the model (LoRA-adapted when configured), the selection and the record's fields
     on it (kind, groups, blocks, adapter, and for ``auto`` the choice and the measurement behind it)."""
+    from plasticity.auto import auto_select
+    from plasticity.components import freeze, select
+
     # component.train_final_norm (default true): the official code trains the final norm in every configuration.
     component, adapter, blocks = cfg.component, adapter_of(cfg), blocks_of(cfg.component)
     chosen: dict[str, Any] = {}
@@ -197,6 +203,9 @@ def build_selection(cfg: DictConfig, net: "torch.nn.Module",
 def build_module(cfg: DictConfig, net: "torch.nn.Module", selection: "Selection", datamodule: "DataModule",
                  chash: str) -> "FinetuneModule":
     """The LightningModule: the optimizer from ``optimizer`` (a partial), the schedule from ``task``."""
+    from plasticity.data.augment import input_transform
+    from plasticity.module import FinetuneModule
+
     # The JPEG path crops and flips in its loader workers: its train batches arrive augmented, only normalised here.
     augment_on_device = cfg.dataset.augment and not datamodule.cpu_augment
     return FinetuneModule(net, selection, datamodule.num_classes, optimizer=hydra.utils.instantiate(cfg.optimizer),
@@ -209,6 +218,12 @@ def build_module(cfg: DictConfig, net: "torch.nn.Module", selection: "Selection"
 def build_trainer(cfg: DictConfig, run_dir: Path, checkpoints: list["ModelCheckpoint"]) -> "L.Trainer":
     """The Lightning trainer of ``trainer``, its callbacks (the checkpoints, the step progress bar,
     ``callbacks``) and loggers (``logger``), and what the task owns: steps, accumulation, validation."""
+    from lightning.pytorch.plugins.environments import SLURMEnvironment
+
+    from plasticity.devices import precision, trainer_on_cuda
+    from plasticity.progress import StepProgressBar
+    from plasticity.runs.checkpoint_io import BackgroundCheckpointIO
+
     task, trainer, world = cfg.task, cfg.trainer, world_size(cfg.trainer) or 1
     accumulation = task.batch_size // (task.micro_batch_size * world)  # micro-batches per optimizer step, per process
     callbacks = [*checkpoints, *([StepProgressBar()] if trainer.enable_progress_bar else []),

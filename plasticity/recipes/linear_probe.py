@@ -22,24 +22,18 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
 from omegaconf import DictConfig
 
-from plasticity.components import probe_tag
-from plasticity.data import ArraySet, DataSpec, FileSet, Splits, load_splits
-from plasticity.data.augment import input_transform
-from plasticity.data.sources import recorded_classes
-from plasticity.data.splits import expected_classes
-from plasticity.measure import as_inputs
-from plasticity.models import image_size
-from plasticity.probe import accuracy, extract_features, fit_logreg, grad_max, l2_standardise, loss, pool_problem, select_c
 from plasticity.recipes import register
 from plasticity.recipes.base import RecipeBase, eval_set
-from plasticity.runs.io import write_safetensors_atomic
 from plasticity.validate import Problems, model_modality
+
+if TYPE_CHECKING:
+    import torch
+
+    from plasticity.data import ArraySet, Splits
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +52,8 @@ class LinearProbe(RecipeBase):
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
+        from plasticity.probe import pool_problem
+
         super().validate(cfg, p, local)
         if not p.names("model.name") and (problem := pool_problem(cfg.task.pool, f"model.name={cfg.model.name!r}",
                                                                   model_modality(cfg) == "text")):
@@ -65,6 +61,8 @@ class LinearProbe(RecipeBase):
 
     @classmethod
     def identity(cls, cfg: DictConfig) -> dict[str, Any]:
+        from plasticity.components import probe_tag
+
         # the features are the configuration: a probe on other features is another column of the report
         return super().identity(cfg, component=probe_tag(cfg.task.features, cfg.task.pool), optimizer="lbfgs", lr=None)
 
@@ -76,6 +74,9 @@ class LinearProbe(RecipeBase):
         An unprepared JPEG train split is decoded lazily through the evaluation transform, like
         val and test (``task=prepare`` makes it fast).
         """
+        from plasticity.data import DataSpec, FileSet, load_splits
+        from plasticity.models import image_size
+
         spec = DataSpec.from_config(self.cfg, img_size=image_size(net))
         spec.check()
         splits = load_splits(spec)
@@ -90,6 +91,11 @@ class LinearProbe(RecipeBase):
 
     def batches(self, arrays: "ArraySet", transform) -> "Any":
         """Transformed model inputs of ``arrays`` on the device, in order, ``task.batch_size`` at a time."""
+        import numpy as np
+        import torch
+
+        from plasticity.measure import as_inputs
+
         size, sizes = self.cfg.task.batch_size, getattr(arrays, "sizes", None)
         rows = arrays.ids if getattr(arrays, "images", None) is None else arrays.images  # a token set: padded ids
         for start in range(0, len(arrays), size):
@@ -98,6 +104,9 @@ class LinearProbe(RecipeBase):
 
     def features(self, net: "torch.nn.Module", splits: "Splits") -> dict[str, "torch.Tensor"]:
         """Raw (pooled, not yet normalised) features of each non-empty split, float32 on the device."""
+        from plasticity.data.augment import input_transform
+        from plasticity.probe import extract_features
+
         task = self.cfg.task
         transform = input_transform(net, self.cfg.dataset).to(self.device)
         out = {}
@@ -115,6 +124,10 @@ class LinearProbe(RecipeBase):
 
     def fit(self, x: dict, y: dict, num_classes: int) -> dict[str, Any]:
         """The regression at ``task.C``, or at the best ``C`` of ``task.c_grid`` on validation."""
+        import torch
+
+        from plasticity.probe import accuracy, fit_logreg, select_c
+
         task = self.cfg.task
         dtype = getattr(torch, task.dtype)
         if not task.select_c:
@@ -133,6 +146,11 @@ class LinearProbe(RecipeBase):
     def run(self) -> dict[str, Any]:
         """Features, standardisation, fit, test (the fit written to ``probe.safetensors``, atomically: W, b and
         the standardisation's mean and std); returns the record's fields."""
+        import torch
+
+        from plasticity.data.splits import expected_classes
+        from plasticity.runs.io import write_safetensors_atomic
+
         task = self.cfg.task
         torch.manual_seed(self.cfg.seed)
         net = self.setup_net(expected_classes(self.cfg.dataset.name, self.cfg.dataset.num_classes))
@@ -157,6 +175,10 @@ class LinearProbe(RecipeBase):
     def standardise(self, raw: dict, splits: "Splits") -> tuple[dict, dict, "torch.Tensor", "torch.Tensor"]:
         """Features L2-normalised and standardised with the train split's statistics, and the labels,
         per split on the device; then the statistics (``mean``, ``std``)."""
+        import torch
+
+        from plasticity.probe import l2_standardise
+
         if self.cfg.task.select_c and "val" not in raw:
             raise ValueError(f"task.select_c=true needs a validation split, and dataset={self.cfg.dataset.name} has "
                              f"none. Fix: task.select_c=false.")
@@ -168,6 +190,9 @@ class LinearProbe(RecipeBase):
     def result_fields(self, net: "torch.nn.Module", splits: "Splits", x: dict, y: dict, fitted: dict,
                       **timings: float) -> dict[str, Any]:
         """The record's fields of the fitted regression: accuracies, the regression's facts, ``timings``."""
+        from plasticity.data.sources import recorded_classes
+        from plasticity.probe import accuracy, grad_max, loss
+
         task = self.cfg.task
         W, b, C = fitted["W"], fitted["b"], fitted["C"]
         gmax = grad_max(x["train"], y["train"], W, b, C)

@@ -15,14 +15,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import lightning as L
-import numpy as np
-
-from plasticity.measure import distinct_pairs, measure, ranking
 from plasticity.recipes import register
 from plasticity.recipes.base import AnalysisRecipe
-from plasticity.report.figures import plot_depth, plot_distribution
-from plasticity.runs.io import atomic_path, write_csv_atomic, write_json_atomic
 
 log = logging.getLogger(__name__)
 CSV_COLUMNS = ("group", "block", "depth_pct", "mean", "std", "ci95_low", "ci95_high", "n_pairs", "distinct_pairs",
@@ -39,6 +33,8 @@ class Plasticity(AnalysisRecipe):
 
     def distinct(self, n_ref: int, n_down: int) -> int:
         """Distinct pairs among the ``task.n_pairs`` drawn; warns when pairs repeat."""
+        from plasticity.measure import distinct_pairs
+
         task = self.cfg.task
         distinct = distinct_pairs(n_ref, n_down, task.n_pairs, task.pairing, task.pairing_seed)
         if distinct < task.n_pairs:
@@ -49,6 +45,13 @@ class Plasticity(AnalysisRecipe):
         return distinct
 
     def run(self) -> dict[str, Any]:
+        import lightning as L
+        import numpy as np
+
+        from plasticity.measure import measure, ranking
+        from plasticity.report.figures import plot_depth, plot_distribution
+        from plasticity.runs.io import atomic_path, write_csv_atomic, write_json_atomic
+
         L.seed_everything(self.cfg.seed, verbose=False)
         task = self.cfg.task
         ref, down = self.setup_images()

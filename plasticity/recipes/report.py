@@ -4,19 +4,12 @@ with ``logger=wandb`` also as one W&B run (:mod:`plasticity.tracking.report_run`
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
-from rich.table import Table
 
-from plasticity.console import console
 from plasticity.recipes import register
 from plasticity.recipes.base import SweepRecipe
-from plasticity.report import check_sweep_dir, write_report
-from plasticity.report.claims import verdict_text
-from plasticity.report.tables import AVERAGE
-from plasticity.runs.io import read_csv
 from plasticity.tracking import wandb_enabled
 from plasticity.validate import Problems
 
@@ -32,9 +25,13 @@ class Report(SweepRecipe):
 
     @classmethod
     def validate(cls, cfg: DictConfig, p: Problems, local: bool = True) -> None:
+        from plasticity.report import check_sweep_dir
+
         p.require(not (problem := check_sweep_dir(cfg.sweep_dir)), problem)
 
     def run(self) -> dict[str, Any]:
+        from plasticity.report import write_report
+
         result = write_report(self.cfg.sweep_dir, self.cfg.task.select, out_dir=self.run_dir,
                               optimizer=self.cfg.task.optimizer)
         print(f"report: {result.path} ({result.runs} runs, {result.done} done, {len(result.problems)} problems)")
@@ -51,6 +48,15 @@ def headline(out) -> None:
     """Prints the report's average accuracy per configuration (Table 6's last row; a configuration
     run on fewer targets than the others is named with its count) and the claims' verdicts, read
     back from the CSVs it wrote (nothing when they are absent)."""
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from plasticity.console import console
+    from plasticity.report.claims import verdict_text
+    from plasticity.report.tables import AVERAGE
+    from plasticity.runs.io import read_csv
+
     con = console()
     average = [r for r in read_csv(Path(out) / "table6.csv") if r["dataset"] == AVERAGE]
     targets = {r["label"]: int(r["n_datasets"]) for r in average}  # the datasets each average is over
