@@ -184,3 +184,20 @@ def test_file_dataset_returns_uint8_chw(tmp_path: Path) -> None:
     files = load_splits(DataSpec("domainnet/clipart", tmp_path, num_classes=3, img_size=20)).test.images.files
     image, label = FileDataset(files, eval_transform(20))[0]
     assert image.shape == (3, 20, 20) and image.dtype == torch.uint8 and int(label) == int(files.labels[0])
+
+
+def _signals_here(_: int) -> tuple[bool, bool]:
+    import signal
+
+    return signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+def test_decoding_workers_end_on_the_pools_sigterm_inside_a_job() -> None:
+    """Inside a job the stop handlers are set (plasticity.runs.stop); the pool's workers must not keep them: the
+    pool ends its workers with SIGTERM, which under those handlers raised inside a worker and at times hung it."""
+    from plasticity.data.prepared import _map
+    from plasticity.runs.stop import recording_signals
+
+    with recording_signals():
+        seen = list(_map(_signals_here, list(range(8)), workers=2))
+    assert seen == [(True, True)] * 8

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -93,12 +94,21 @@ def _decode(args: tuple[str, int, bool]) -> np.ndarray | tuple[np.ndarray, tuple
     return (squash_image if train else eval_image)(path, side)
 
 
+def _worker_signals() -> None:
+    """A decoding worker's signals: SIGTERM kills it, SIGINT (Ctrl-C, sent to the whole group) is the parent's."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _map(fn, items: list, workers: int):
     """Ordered map, in worker processes when ``workers > 1``."""
     if workers <= 1:
         yield from map(fn, items)
         return
-    with mp.get_context("fork").Pool(workers) as pool:
+    # A forked worker would inherit the job's stop handlers (plasticity.runs.stop), under which the pool's
+    # closing SIGTERM raises inside the worker instead of ending it: a traceback each, and at times a pool that
+    # waits forever for a worker stuck on its task queue's lock.
+    with mp.get_context("fork").Pool(workers, initializer=_worker_signals) as pool:
         yield from pool.imap(fn, items, chunksize=16)
 
 
