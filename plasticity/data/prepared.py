@@ -94,10 +94,15 @@ def _decode(args: tuple[str, int, bool]) -> np.ndarray | tuple[np.ndarray, tuple
     return (squash_image if train else eval_image)(path, side)
 
 
+STOP = {signal.SIGTERM, signal.SIGINT}
+
+
 def _worker_signals() -> None:
-    """A decoding worker's signals: SIGTERM kills it, SIGINT (Ctrl-C, sent to the whole group) is the parent's."""
+    """A decoding worker's signals: SIGTERM kills it, SIGINT (Ctrl-C, sent to the whole group) is the parent's;
+    then the signals blocked while it was forked arrive (a SIGTERM sent that early now ends it)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP)
 
 
 def _map(fn, items: list, workers: int):
@@ -105,10 +110,16 @@ def _map(fn, items: list, workers: int):
     if workers <= 1:
         yield from map(fn, items)
         return
-    # A forked worker would inherit the job's stop handlers (plasticity.runs.stop), under which the pool's
-    # closing SIGTERM raises inside the worker instead of ending it: a traceback each, and at times a pool that
-    # waits forever for a worker stuck on its task queue's lock.
-    with mp.get_context("fork").Pool(workers, initializer=_worker_signals) as pool:
+    # A forked worker would inherit the job's stop handlers (plasticity.runs.stop), under which the pool's closing
+    # SIGTERM raises inside the worker instead of ending it, or is lost when it comes before the worker resets
+    # them: the pool then waits forever for a worker stuck on its task queue's lock. The stop signals stay
+    # blocked (pending, not handled) from the fork until the worker's own handlers are set.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP)
+    try:
+        pool = mp.get_context("fork").Pool(workers, initializer=_worker_signals)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    with pool:
         yield from pool.imap(fn, items, chunksize=16)
 
 
