@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,7 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
 
     def __init__(self, run_dir: str | Path) -> None:
         super().__init__(AtomicCheckpointIO(run_dir))
+        self._last: Future | None = None
         self._raised = False
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None) -> None:
@@ -92,7 +94,7 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
         # .to(copy=True): a copy on the CPU, taken before the next optimizer step changes the weights.
         snapshot = apply_to_collection(checkpoint, torch.Tensor, lambda t: t.detach().to("cpu", copy=True))
         self._ensure_setup()
-        self._executor.submit(self._write, snapshot, path, storage_options)
+        self._last = self._executor.submit(self._write, snapshot, path, storage_options)
 
     def _write(self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any) -> None:
         if self._error is not None:  # a failed write stops the later ones (and the run, at the next save)
@@ -102,20 +104,23 @@ class BackgroundCheckpointIO(AsyncCheckpointIO):
         except BaseException as err:
             self._error = err
 
+    def wait(self) -> None:
+        """Returns once every checkpoint asked for is on the disk (or failed: raised here)."""
+        if self._last is not None:
+            self._last.result()
+        self._raise_failure()
+
     def load_checkpoint(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
         self.wait()  # a file being written is read once it is whole
         return super().load_checkpoint(*args, **kwargs)
 
     def teardown(self) -> None:
-        """Returns once every checkpoint asked for is on the disk, then raises the first write that failed (once:
-        Lightning's teardown runs again on the way out of the error). The thread goes; a later save starts another."""
+        """Waits for the pending writes, then raises the first that failed (once: Lightning's
+        teardown runs again on the way out of the error)."""
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
         self._raise_failure()
-
-    wait = teardown
-    """What a reader of the files waits for (:meth:`load_checkpoint`, a test): every write asked for done."""
 
     def _raise_failure(self) -> None:
         if self._error is not None and not self._raised:  # kept: the writes still queued stay skipped
