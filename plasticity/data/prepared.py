@@ -31,6 +31,7 @@ from plasticity.data.sources import ArraySet, DataError, FileSet
 from plasticity.data.splits import official_splits
 from plasticity.data.text import SPLITS, save_array
 from plasticity.runs.io import atomic_path, read_json, write_json_atomic
+from plasticity.runs.stop import STOP_SIGNALS
 
 __all__ = ["open_prepared", "prepare", "prepared_path", "prepared_root"]
 
@@ -94,15 +95,12 @@ def _decode(args: tuple[str, int, bool]) -> np.ndarray | tuple[np.ndarray, tuple
     return (squash_image if train else eval_image)(path, side)
 
 
-STOP = {signal.SIGTERM, signal.SIGINT}
-
-
 def _worker_signals() -> None:
     """A decoding worker's signals: SIGTERM kills it, SIGINT (Ctrl-C, sent to the whole group) is the parent's;
     then the signals blocked while it was forked arrive (a SIGTERM sent that early now ends it)."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def _map(fn, items: list, workers: int):
@@ -114,7 +112,7 @@ def _map(fn, items: list, workers: int):
     # SIGTERM raises inside the worker instead of ending it, or is lost when it comes before the worker resets
     # them: the pool then waits forever for a worker stuck on its task queue's lock. The stop signals stay
     # blocked (pending, not handled) from the fork until the worker's own handlers are set.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         pool = mp.get_context("fork").Pool(workers, initializer=_worker_signals)
     finally:
